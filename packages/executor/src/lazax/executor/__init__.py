@@ -1,0 +1,52 @@
+"""lazax.executor: the tensor layer, the op library and the barrier.
+
+Importing it registers the ``lazax`` device with torch. ``LazyTensor`` is the tensor
+type on ``lazax:N``; ``EXECUTOR`` holds the flags the modes set (``eager``,
+``allow_execution``, ``graph_name``), the computation cache and the runtime;
+``sync_tensors_graph`` / ``sync`` are the barrier; ``metrics`` the counters.
+"""
+
+from ._device import RNG, device, register
+
+register()
+
+from . import _metrics as metrics  # noqa: E402
+from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
+from ._dispatch import apply_eager_sync  # noqa: E402
+from ._special import register_factories  # noqa: E402
+from ._tensor import LazyTensor, ir_value  # noqa: E402
+from ._version import __version__  # noqa: E402
+from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops  # noqa: E402
+
+register_factories()
+
+
+def sync_tensors_graph(tensors, wait: bool = False, sync_ltc_data: bool = True) -> None:
+    """Run the pending IR of ``tensors`` as one graph (see ``_barrier``)."""
+    EXECUTOR.sync_tensors_graph(list(tensors), wait=wait, sync_ltc_data=sync_ltc_data)
+
+
+def sync(wait: bool = False) -> None:
+    """Run every live tensor's pending IR as one graph."""
+    EXECUTOR.sync(wait=wait)
+
+
+__all__ = [
+    "EXECUTOR",
+    "RNG",
+    "DuplicateLoweringError",
+    "GraphExecutor",
+    "LazyTensor",
+    "__version__",
+    "apply_eager_sync",
+    "device",
+    "from_cpu",
+    "get_lowering",
+    "ir_value",
+    "lowering",
+    "metrics",
+    "registered_ops",
+    "sync",
+    "sync_tensors_graph",
+    "to_cpu",
+]

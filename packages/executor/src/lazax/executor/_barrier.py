@@ -1,0 +1,205 @@
+"""The barrier: turning pending IR into device data.
+
+Contract of ``GraphExecutor.sync_tensors_graph(tensors, wait, sync_ltc_data)``:
+1. Collect the IR of the given tensors that is still pending (a non-view tensor syncs
+   its whole storage; a view syncs its own value). Nothing pending: nothing happens.
+2. Walk it once (``lazax.ir.collect``): post-order, parameters, graph hash (salted by
+   the device kind).
+3. If execution is not allowed (inside ``compile(full_graph=True)``), report and raise
+   before anything runs.
+4. Look the hash up in the LRU computation cache; on a miss lower the graph to one jax
+   function and compile it (``UncachedCompile``), else count ``CachedCompile``.
+5. Execute asynchronously: results are futures.
+6. Only now are tensors touched: each synced storage (or view) holds device data and its
+   IR is dropped. A failed lowering, compile or execution raises before step 6, so every
+   tensor keeps the value it had and can still be read.
+``wait=True`` blocks until the results are ready. ``sync_ltc_data=False`` (eager mode's
+per-op sync) syncs only the given tensors' own values, never their whole storages.
+``sync()`` syncs every live storage with pending IR in one graph.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from lazax import cache as lazax_cache
+from lazax import ir, pjrt
+
+from . import _metrics as metrics
+from ._dtypes import dtype_name, torch_dtype
+from ._lowering import lower
+from ._tensor import PENDING, LazyTensor, Storage, ir_value
+
+__all__ = ["EXECUTOR", "GraphExecutor", "from_cpu", "to_cpu"]
+
+
+class GraphExecutor:
+    """Process-wide executor state: the flags the modes set, the cache, the runtime."""
+
+    def __init__(self) -> None:
+        self.eager = os.environ.get("LAZAX_USE_EAGER_MODE", "0") not in ("", "0", "false")
+        self.allow_execution = True
+        self.graph_name: str | None = None
+        self._cache: lazax_cache.ComputationCache | None = None
+        self._salt: str | None = None
+
+    @property
+    def runtime(self) -> pjrt.PjrtRuntime:
+        return pjrt.runtime()
+
+    @property
+    def cache(self) -> lazax_cache.ComputationCache:
+        if self._cache is None:
+            self._cache = lazax_cache.ComputationCache()
+            self._cache.on_evict(lambda key, entry: metrics.bump("CacheEvictions"))
+        return self._cache
+
+    def reset_cache(self, capacity: int | None = None) -> None:
+        """Drop every compiled computation (tests, or a new cache size)."""
+        self._cache = None
+        if capacity is not None:
+            self.cache.resize(capacity)
+
+    @property
+    def device_salt(self) -> str:
+        if self._salt is None:
+            self._salt = self.runtime.device_kind()
+        return self._salt
+
+    # -- the barrier ---------------------------------------------------------------
+    def sync_tensors_graph(self, tensors, wait: bool = False, sync_ltc_data: bool = True):
+        roots: list[ir.Value] = []
+        targets: list = []
+        seen: set[int] = set()
+        for t in tensors:
+            storage = t._lz_storage
+            if t._lz_view is None and sync_ltc_data:
+                if storage.pending and id(storage) not in seen:
+                    seen.add(id(storage))
+                    roots.append(storage.value)
+                    targets.append(storage)
+                continue
+            value = ir_value(t)
+            if value.node.op != ir.DEVICE_DATA and id(t) not in seen:
+                seen.add(id(t))
+                roots.append(value)
+                targets.append(t)
+        if roots:
+            results = self.run_graph(roots)
+            for target, value in zip(targets, results):
+                if type(target) is Storage:
+                    target.value = value
+                    # Views re-read from the materialised base rather than keep the old
+                    # graph alive (and recompute it).
+                    target.version += 1
+                    PENDING.discard(target)
+                else:
+                    target._lz_value = value
+        if wait:
+            self.wait(tensors)
+
+    def sync(self, wait: bool = False) -> None:
+        """Sync every live tensor with pending IR, as one graph."""
+        storages = [s for s in list(PENDING) if s.pending]
+        roots = [s.value for s in storages]
+        if roots:
+            results = self.run_graph(roots)
+            for storage, value in zip(storages, results):
+                storage.value = value
+                storage.version += 1
+            PENDING.clear()
+        if wait:
+            self.runtime.wait([s.value.node.data for s in storages])
+
+    def wait(self, tensors) -> None:
+        buffers = []
+        for t in tensors:
+            node = ir_value(t).node
+            if node.op == ir.DEVICE_DATA:
+                buffers.append(node.data)
+        if buffers:
+            self.runtime.wait(buffers)
+
+    def run_graph(self, roots: list[ir.Value]) -> list[ir.Value]:
+        """Compile (or find) and execute the graph of ``roots``; device-data values."""
+        graph = ir.collect(roots, salt=self.device_salt)
+        eager = self.eager
+        runtime = self.runtime
+        cache = self.cache
+        entry = cache.get(graph.hash)
+        if entry is None:
+            metrics.bump("UncachedCompile")
+            self.check_execution_allowed("compile", graph)
+            with metrics.timed("EagerOpCompileTime" if eager else "CompileTime"):
+                fn, arg_specs = lower(graph)
+                entry = runtime.compile(fn, arg_specs)
+            cache.put(graph.hash, entry)
+        else:
+            metrics.bump("CachedCompile")
+            self.check_execution_allowed("execute", graph)
+        args = [p.data for p in graph.parameters]
+        with metrics.timed("EagerOpExecuteTime" if eager else "ExecuteTime"):
+            outputs = runtime.execute(entry, args)
+        return [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
+
+    def check_execution_allowed(self, what: str, graph: ir.Graph | None = None) -> None:
+        if self.allow_execution:
+            return
+        where = f" (graph {self.graph_name!r})" if self.graph_name else ""
+        raise RuntimeError(
+            f"lazax: a {what} happened inside a compiled region{where} where execution is "
+            f"not allowed (full_graph=True). Remove the .item()/print/data-dependent "
+            f"branch or CPU-fallback op from the region, or use full_graph=False."
+        )
+
+
+EXECUTOR = GraphExecutor()
+
+
+# -- host <-> device ---------------------------------------------------------------
+
+_VIEW_AS = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    t = t.contiguous()
+    carrier = _VIEW_AS.get(t.dtype)
+    if carrier is None:
+        return t.numpy()
+    return t.view(carrier).numpy().view(pjrt.numpy_dtype(dtype_name(t.dtype)))
+
+
+def from_cpu(t: torch.Tensor, device_index: int = 0) -> ir.Value:
+    """Upload a CPU tensor; returns its device-data value."""
+    runtime = EXECUTOR.runtime
+    with metrics.timed("TransferToDeviceTime"):
+        buf = runtime.to_device(_to_numpy(t), runtime.devices[device_index])
+    return ir.device_data(ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype)), buf)
+
+
+def to_cpu(t: LazyTensor) -> torch.Tensor:
+    """``t``'s value as a new CPU tensor (syncs and waits)."""
+    EXECUTOR.sync_tensors_graph([t], wait=False)
+    node = ir_value(t).node
+    with metrics.timed("TransferFromDeviceTime"):
+        array = EXECUTOR.runtime.to_host(node.data)
+    dtype = t.dtype
+    carrier = _VIEW_AS.get(dtype)
+    if carrier is not None:
+        array = array.view(np.dtype(str(carrier).replace("torch.", "")))
+    if not array.flags.writeable:
+        array = array.copy()
+    out = torch.from_numpy(array)
+    if carrier is not None:
+        out = out.view(dtype)
+    if out.dtype != dtype:
+        out = out.to(torch_dtype(dtype_name(dtype)))
+    return out.reshape(t.shape)

@@ -1,0 +1,197 @@
+"""``LazyTensor.__torch_dispatch__``: every aten op on a lazax tensor lands here.
+
+Contract, per call (the tracing hot path: no device work, no meta kernel on a hit):
+1. Find the op's handler (built once per overload): a special rule (copies, transfers,
+   reads), an ``OpPlan`` when a lowering exists (in-place ops use their functional
+   rule and write back), else the CPU fallback.
+2. Scan the arguments into the spec-cache key and the operand list (tensors, and Python
+   scalars in torch ``Scalar`` slots other than 0 and +-1, which become scalar
+   parameters). A CPU tensor with dimensions raises torch's device-mismatch error.
+3. Build one IR node (its hash from the cached base hash and the operands' hashes) and
+   the output tensors; in-place ops write into their first argument (through views).
+4. In eager mode, sync just the outputs (``apply_eager_sync``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lazax import ir
+from lazax.pjrt import numpy_dtype
+
+from . import _metrics as metrics
+from ._barrier import EXECUTOR, from_cpu, to_cpu
+from ._device import RNG
+from ._plans import FUNCTIONAL, INPLACE, LIST_SLOT, SCALAR_SLOT, VIEW, OpPlan
+from ._tensor import Layout, LazyTensor, ir_value, new_alias, new_tensor, spec_of, write
+from .ops import get_lowering
+
+__all__ = ["apply_eager_sync", "dispatch", "run_plan"]
+
+aten = torch.ops.aten
+_HANDLERS: dict = {}
+_NP_SCALAR: dict[str, type] = {}
+
+
+def _device_mismatch(t: torch.Tensor) -> RuntimeError:
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"lazax:0 and {t.device}!"
+    )
+
+
+def _scan(value, slot: int, operands: list):
+    """Key for one argument; appends its operands (see step 2)."""
+    t = type(value)
+    if t is LazyTensor:
+        operands.append(value)
+        return value._lz_key
+    if t is float or t is int:
+        if slot and value != 0 and value != 1 and value != -1:
+            operands.append(value)
+            return t
+        return (t, value) if slot else value
+    if t is list or t is tuple:
+        inner = SCALAR_SLOT if slot == LIST_SLOT else 0
+        return tuple([_scan(v, inner, operands) for v in value])
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0 or value.device.type == "meta":
+            lazy = _upload(value)
+            operands.append(lazy)
+            return lazy._lz_key
+        raise _device_mismatch(value)
+    return value
+
+
+def _upload(cpu: torch.Tensor) -> LazyTensor:
+    return new_tensor(from_cpu(cpu), Layout(tuple(cpu.shape), cpu.dtype))
+
+
+def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
+    operands: list = []
+    slots = plan.slots
+    key = [_scan(a, slots[i] if i < len(slots) else 0, operands) for i, a in enumerate(args)]
+    if kwargs:
+        kw_slots = plan.kw_slots
+        key.append(tuple([(k, _scan(v, kw_slots.get(k, 0), operands)) for k, v in kwargs.items()]))
+    key = tuple(key)
+    info = plan.cache.get(key)
+    if info is None:
+        info = plan.infer(key, args, kwargs, operands)
+    values = []
+    scalar_dtypes = info.scalar_dtypes
+    j = 0
+    for o in operands:
+        if type(o) is LazyTensor:
+            values.append(ir_value(o))
+        else:
+            name = scalar_dtypes[j]
+            j += 1
+            np_type = _NP_SCALAR.get(name)
+            if np_type is None:
+                np_type = _NP_SCALAR[name] = numpy_dtype(name).type
+            values.append(ir.scalar_parameter(name, np_type(o)))
+    if plan.random:
+        values.append(ir.scalar_parameter("int64", numpy_dtype("int64").type(RNG.next_key())))
+    node = ir.Node(info.node_op, tuple(values), info.attrs, info.specs, info.base_hash)
+    outputs = node.outputs
+    kind = plan.kind
+    if kind == INPLACE:
+        target = args[0]
+        targets = target if isinstance(target, (list, tuple)) else (target,)
+        for t, v in zip(targets, outputs):
+            write(t, v)
+        if EXECUTOR.eager:
+            apply_eager_sync(targets)
+        return target if plan.returns_self else None
+    layouts = info.layouts
+    if kind == VIEW:
+        storage = args[plan.alias_source]._lz_storage
+        made = [new_alias(v, lay, storage) for v, lay in zip(outputs, layouts)]
+    else:
+        index = operands[0]._lz_storage.device_index if operands and type(operands[0]) is LazyTensor else 0
+        made = [new_tensor(v, lay, index) for v, lay in zip(outputs, layouts)]
+    if EXECUTOR.eager:
+        apply_eager_sync(made)
+    return _rebuild(info.result, made)
+
+
+def _rebuild(template, made: list):
+    if type(template) is int:
+        return made[template]
+    kind, inner = template
+    if kind == "const":
+        return inner
+    return kind(_rebuild(t, made) for t in inner)
+
+
+def apply_eager_sync(tensors) -> None:
+    """Eager mode: run just these new values now, without blocking."""
+    EXECUTOR.sync_tensors_graph(tensors, wait=False, sync_ltc_data=False)
+
+
+# -- handlers ------------------------------------------------------------------------
+
+
+def _functional_counterpart(func):
+    name = func._schema.name.split("::")[1]
+    base = name[:-1] if name.endswith("_") else None
+    if base is None:
+        return None
+    special = {"normal": "normal_functional", "bernoulli": "bernoulli"}
+    packet = getattr(aten, special.get(base, base), None)
+    if packet is None:
+        return None
+    overload = func._overloadname
+    if base == "bernoulli" and overload == "float":
+        overload = "p"
+    if base == "normal":
+        overload = "default"
+    return getattr(packet, overload, None)
+
+
+def _is_view(func) -> bool:
+    returns = func._schema.returns
+    return bool(returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in returns
+    )
+
+
+def _mutates(func) -> bool:
+    return any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+
+
+def make_handler(func):
+    from ._fallback import fallback
+    from ._special import SPECIAL
+
+    special = SPECIAL.get(func)
+    if special is not None:
+        return special
+    if _mutates(func):
+        first = func._schema.arguments[0]
+        is_out = any(a.kwarg_only and a.alias_info and a.alias_info.is_write for a in func._schema.arguments)
+        functional = None if is_out or not (first.alias_info and first.alias_info.is_write) else _functional_counterpart(func)
+        rule = get_lowering(functional) if functional is not None else None
+        if rule is None:
+            return lambda args, kwargs: fallback(func, args, kwargs)
+        plan = OpPlan(func, functional.name(), INPLACE, rule.random)
+        return lambda args, kwargs: run_plan(plan, args, kwargs)
+    rule = get_lowering(func)
+    if rule is None:
+        return lambda args, kwargs: fallback(func, args, kwargs)
+    plan = OpPlan(func, func.name(), VIEW if _is_view(func) else FUNCTIONAL, rule.random)
+    return lambda args, kwargs: run_plan(plan, args, kwargs)
+
+
+def dispatch(cls, func, types, args=(), kwargs=None):
+    handler = _HANDLERS.get(func)
+    if handler is None:
+        handler = _HANDLERS[func] = make_handler(func)
+    return handler(args, kwargs or {})
+
+
+LazyTensor.__torch_dispatch__ = classmethod(dispatch)
+
+# Re-exported for the special rules.
+__all__ += ["to_cpu", "spec_of", "metrics"]

@@ -1,0 +1,78 @@
+"""The CPU fallback: ops with no lowering still run, on the CPU, and are counted.
+
+Contract: ``fallback(func, args, kwargs)`` bumps the counter ``aten::<op>``, counts as
+an execution (refused inside ``compile(full_graph=True)``), reads every lazax argument
+to the CPU (syncing it), runs torch's CPU kernel, writes every argument the op mutates
+back into its lazax tensor (through views), and uploads the new outputs. Outputs that
+alias a mutated argument come back as that argument. A program never fails only
+because an op has no lowering; it is slower, and the counter says which op.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _metrics as metrics
+from ._barrier import EXECUTOR, from_cpu, to_cpu
+from ._tensor import Layout, LazyTensor, new_tensor, write
+
+__all__ = ["fallback"]
+
+
+def _to_cpu_arg(value):
+    if type(value) is LazyTensor:
+        return to_cpu(value)
+    if type(value) in (list, tuple):
+        return type(value)(_to_cpu_arg(v) for v in value)
+    if isinstance(value, torch.device) and value.type != "cpu":
+        return torch.device("cpu")
+    return value
+
+
+def _device_index(args) -> int:
+    for a in args:
+        if type(a) is LazyTensor:
+            return a._lz_storage.device_index
+        if type(a) in (list, tuple):
+            for x in a:
+                if type(x) is LazyTensor:
+                    return x._lz_storage.device_index
+    return 0
+
+
+def fallback(func, args, kwargs):
+    name = func._schema.name.split("::")[-1]
+    metrics.bump(f"aten::{name}")
+    EXECUTOR.check_execution_allowed(f"CPU fallback of aten::{name}")
+    cpu_args = [_to_cpu_arg(a) for a in args]
+    cpu_kwargs = {k: _to_cpu_arg(v) for k, v in kwargs.items()}
+    out = func(*cpu_args, **cpu_kwargs)
+    index = _device_index(list(args) + list(kwargs.values()))
+    written: dict[int, LazyTensor] = {}  # id(cpu tensor) -> its lazax original
+    schema_args = func._schema.arguments
+    for i, arg in enumerate(schema_args):
+        if not (arg.alias_info and arg.alias_info.is_write):
+            continue
+        lazy = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        cpu = cpu_args[i] if i < len(args) and not arg.kwarg_only else cpu_kwargs.get(arg.name)
+        pairs = zip(lazy, cpu) if isinstance(lazy, (list, tuple)) else [(lazy, cpu)]
+        for lz, c in pairs:
+            if type(lz) is LazyTensor:
+                if tuple(c.shape) != tuple(lz.shape):
+                    raise NotImplementedError(
+                        f"lazax: aten::{name} resized an argument on the CPU fallback; "
+                        f"resizing a lazax tensor in place is not supported."
+                    )
+                write(lz, from_cpu(c, index))
+                written[id(c)] = lz
+
+    def back(o):
+        if isinstance(o, torch.Tensor):
+            if id(o) in written:
+                return written[id(o)]
+            return new_tensor(from_cpu(o, index), Layout(tuple(o.shape), o.dtype), index)
+        if type(o) in (list, tuple):
+            return type(o)(back(x) for x in o)
+        return o
+
+    return back(out)

@@ -1,0 +1,118 @@
+"""Counters and timed metrics, in the shape of torch_xla's ``debug.metrics``.
+
+Contract: ``counter(name)`` / ``bump(name, n)`` count events; ``timed(name)`` is a
+context manager that adds one sample (seconds) to metric ``name``. ``counter_value``
+of an unknown name is None (as torch_xla); ``metric_data(name)`` is
+``(count, total_seconds, recent_samples)``. ``clear_all`` resets everything.
+Counter bumps are a dict update: cheap enough for per-op paths.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from contextlib import contextmanager
+
+__all__ = [
+    "bump",
+    "clear_all",
+    "counter_names",
+    "counter_value",
+    "metric_data",
+    "metric_names",
+    "metrics_report",
+    "record",
+    "short_metrics_report",
+    "timed",
+]
+
+_COUNTERS: dict[str, int] = {}
+_METRICS: dict[str, list] = {}  # name -> [count, total, deque of recent samples]
+_SAMPLES_KEPT = 1024
+
+
+def bump(name: str, n: int = 1) -> None:
+    _COUNTERS[name] = _COUNTERS.get(name, 0) + n
+
+
+def record(name: str, seconds: float) -> None:
+    entry = _METRICS.get(name)
+    if entry is None:
+        entry = _METRICS[name] = [0, 0.0, deque(maxlen=_SAMPLES_KEPT)]
+    entry[0] += 1
+    entry[1] += seconds
+    entry[2].append(seconds)
+
+
+@contextmanager
+def timed(name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        record(name, time.perf_counter() - start)
+
+
+def counter_names() -> list[str]:
+    return sorted(_COUNTERS)
+
+
+def counter_value(name: str) -> int | None:
+    return _COUNTERS.get(name)
+
+
+def metric_names() -> list[str]:
+    return sorted(_METRICS)
+
+
+def metric_data(name: str) -> tuple[int, float, list[float]] | None:
+    entry = _METRICS.get(name)
+    if entry is None:
+        return None
+    return entry[0], entry[1], list(entry[2])
+
+
+def clear_all() -> None:
+    _COUNTERS.clear()
+    _METRICS.clear()
+
+
+def _fmt_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f}s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f}ms"
+    return f"{s * 1e6:.1f}us"
+
+
+def metrics_report() -> str:
+    """Every metric (count, total, median, ...) and every counter, as text."""
+    lines = []
+    for name in metric_names():
+        count, total, samples = metric_data(name)
+        ordered = sorted(samples)
+        median = ordered[len(ordered) // 2] if ordered else 0.0
+        lines.append(f"Metric: {name}")
+        lines.append(f"  TotalSamples: {count}")
+        lines.append(f"  Accumulator: {_fmt_seconds(total)}")
+        lines.append(f"  Median: {_fmt_seconds(median)} (over the last {len(ordered)})")
+    for name in counter_names():
+        lines.append(f"Counter: {name}")
+        lines.append(f"  Value: {_COUNTERS[name]}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+_SHORT = ("CompileTime", "ExecuteTime", "EagerOpCompileTime", "EagerOpExecuteTime")
+
+
+def short_metrics_report() -> str:
+    """Compile/execute metrics and CPU-fallback counters only."""
+    lines = []
+    for name in _SHORT:
+        data = metric_data(name)
+        if data:
+            lines.append(f"Metric: {name}: {data[0]} samples, {_fmt_seconds(data[1])} total")
+    for name in counter_names():
+        if name.startswith("aten::") or name in ("CachedCompile", "UncachedCompile"):
+            lines.append(f"Counter: {name}: {_COUNTERS[name]}")
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,125 @@
+"""Ops the tensor layer handles itself: transfers, copies, reads and factories.
+
+Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result``.
+- ``copy_``: into a lazax tensor from a lazax or CPU tensor (broadcast, dtype cast), in
+  place and through views; into a CPU tensor from a lazax one (a read).
+- ``_to_copy``: to CPU reads the value (syncs); on lazax it is a dtype conversion.
+- ``_local_scalar_dense`` (``.item()``): syncs and reads one element.
+- The PrivateUse1 factory kernels (``empty``, ``empty_strided``, ``_copy_from``) are
+  registered with ``torch.library`` so that ``torch.randn(..., device="lazax")`` and
+  ``t.to("lazax")`` create lazax tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lazax import ir
+
+from ._barrier import from_cpu, to_cpu
+from ._dispatch import run_plan
+from ._dtypes import dtype_name
+from ._plans import FUNCTIONAL, OpPlan
+from ._tensor import Layout, LazyTensor, ir_value, new_tensor, write
+
+__all__ = ["SPECIAL", "register_factories"]
+
+aten = torch.ops.aten
+
+
+def _cast_broadcast(value: ir.Value, shape: tuple, dtype: str) -> ir.Value:
+    spec = ir.TensorSpec(shape, dtype)
+    return ir.Node("lazax::copy_to", (value,), ((("%", 0), shape, dtype), ()), (spec,)).outputs[0]
+
+
+def _copy_(args, kwargs):
+    dst, src = args[0], args[1]
+    if type(dst) is not LazyTensor:
+        dst.copy_(to_cpu(src))
+        return dst
+    if type(src) is LazyTensor:
+        value = ir_value(src)
+    else:
+        value = from_cpu(src, dst._lz_storage.device_index)
+    shape = tuple(dst.shape)
+    dtype = dtype_name(dst.dtype)
+    if value.spec.shape != shape:
+        torch.broadcast_shapes(value.spec.shape, shape)  # torch's error if it cannot
+        if torch.broadcast_shapes(value.spec.shape, shape) != shape:
+            raise RuntimeError(
+                f"output with shape {list(shape)} doesn't match the broadcast shape "
+                f"{list(torch.broadcast_shapes(value.spec.shape, shape))}"
+            )
+    if value.spec != ir.TensorSpec(shape, dtype):
+        value = _cast_broadcast(value, shape, dtype)
+    write(dst, value)
+    from ._barrier import EXECUTOR
+
+    if EXECUTOR.eager:
+        EXECUTOR.sync_tensors_graph([dst], wait=False, sync_ltc_data=False)
+    return dst
+
+
+_TO_COPY_PLAN = OpPlan(aten._to_copy.default, "aten::_to_copy", FUNCTIONAL)
+
+
+def _to_copy(args, kwargs):
+    src = args[0]
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == "cpu":
+        out = to_cpu(src)
+        dtype = kwargs.get("dtype")
+        if dtype is not None and dtype != out.dtype:
+            out = out.to(dtype)
+        return out
+    kwargs = {k: v for k, v in kwargs.items() if k in ("dtype",) and v is not None}
+    return run_plan(_TO_COPY_PLAN, args, kwargs)
+
+
+def _local_scalar_dense(args, kwargs):
+    return to_cpu(args[0]).item()
+
+
+SPECIAL = {
+    aten.copy_.default: _copy_,
+    aten._to_copy.default: _to_copy,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+}
+
+# -- factory kernels for the PrivateUse1 key ----------------------------------------
+
+_EMPTY_PLAN = OpPlan(aten.empty.memory_format, "aten::empty.memory_format", FUNCTIONAL)
+_EMPTY_STRIDED_PLAN = OpPlan(aten.empty_strided.default, "aten::empty_strided", FUNCTIONAL)
+
+
+def _index(device) -> int:
+    return 0 if device is None or torch.device(device).index is None else torch.device(device).index
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    dtype = dtype or torch.get_default_dtype()
+    spec = ir.TensorSpec(tuple(size), dtype_name(dtype))
+    node = ir.Node("aten::empty.memory_format", (), (((), ()), ()), (spec,))
+    return new_tensor(node.outputs[0], Layout(tuple(size), dtype), _index(device))
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return _empty(size, dtype=dtype, device=device)
+
+
+def _copy_from(src, dst, non_blocking=False):
+    return _copy_((dst, src), {})
+
+
+_LIBRARY = None
+
+
+def register_factories() -> None:
+    global _LIBRARY
+    if _LIBRARY is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", _empty, "PrivateUse1")
+    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    _LIBRARY = lib

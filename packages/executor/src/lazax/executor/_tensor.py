@@ -1,0 +1,235 @@
+"""The tensor layer: a torch tensor on ``lazax:N`` that holds device data or pending IR.
+
+Contract:
+- Every ``LazyTensor`` shares a ``Storage`` with its aliases. The storage holds the IR
+  value of the whole base tensor (contiguous, shape ``storage.spec.shape``) and a
+  version bumped on every write. A device-data leaf means "materialised"; anything else
+  is pending work, and the storage is then in ``PENDING`` (a weak set) for ``sync()``.
+- A tensor that is not a view (``_lz_view is None``) reads ``storage.value``. A view has
+  ``_lz_view = (size, stride, offset)`` into the base's contiguous layout (as torch would
+  report them) and caches its own IR value for the storage version it was made at;
+  after the base is written it re-reads through a ``lazax::view_gather`` node.
+- ``write(t, value)`` replaces ``t``'s content: for a view, through a
+  ``lazax::view_scatter`` into the base, so the base and every other view see it.
+- ``_lz_key`` is the tensor's key for the per-op spec cache: shape, dtype, stride,
+  storage offset and storage size. Strides are torch's for views; other tensors are
+  contiguous.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+import torch
+
+from lazax import ir
+
+from ._device import DEVICE_NAME
+from ._dtypes import dtype_name
+
+__all__ = [
+    "PENDING",
+    "Layout",
+    "LazyTensor",
+    "Storage",
+    "contiguous_strides",
+    "ir_value",
+    "new_alias",
+    "new_tensor",
+    "write",
+]
+
+PENDING: weakref.WeakSet = weakref.WeakSet()
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+class Storage:
+    """The base buffer that a tensor and all its views share."""
+
+    __slots__ = ("value", "version", "spec", "device_index", "__weakref__")
+
+    def __init__(self, value: ir.Value, device_index: int = 0) -> None:
+        self.value = value
+        self.version = 0
+        self.spec = value.spec
+        self.device_index = device_index
+        if value.node.op != ir.DEVICE_DATA:
+            PENDING.add(self)
+
+    def set(self, value: ir.Value) -> None:
+        self.value = value
+        self.version += 1
+        if value.node.op != ir.DEVICE_DATA:
+            PENDING.add(self)
+
+    @property
+    def pending(self) -> bool:
+        return self.value.node.op != ir.DEVICE_DATA
+
+
+class Layout:
+    """How to present one op output as a torch tensor (precomputed per spec-cache entry)."""
+
+    __slots__ = ("shape", "dtype", "stride", "offset", "view", "mkey", "numel")
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        stride: tuple[int, ...] | None = None,
+        offset: int = 0,
+        storage_numel: int | None = None,
+    ) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.numel = math.prod(shape)
+        contiguous = contiguous_strides(shape)
+        self.stride = contiguous if stride is None else stride
+        self.offset = offset
+        if storage_numel is None:
+            storage_numel = self.numel
+        # A "view" only when it is not the whole base in contiguous order.
+        full = self.stride == contiguous and offset == 0 and storage_numel == self.numel
+        self.view = None if full else (shape, self.stride, offset)
+        self.mkey = (shape, dtype, self.stride, offset, storage_numel)
+
+
+class LazyTensor(torch.Tensor):
+    """A tensor on a lazax device. Created by lazax, never directly by users."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        from ._barrier import to_cpu
+
+        cpu = to_cpu(self)
+        body = torch._tensor_str._str(cpu, tensor_contents=tensor_contents)
+        # torch prints no device for CPU tensors; say where this one lives.
+        suffix = f"device='{self.device}'"
+        if body.endswith(")"):
+            return body[:-1] + f", {suffix})"
+        return body
+
+    def __reduce_ex__(self, proto):
+        # Pickling (torch.save) a device tensor: save its CPU value, as torch_xla does.
+        from ._barrier import to_cpu
+
+        return (torch.Tensor.to, (to_cpu(self), self.device))
+
+    def __array__(self, dtype=None):
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. "
+            f"Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+
+
+def new_tensor(value: ir.Value, layout: Layout, device_index: int = 0) -> LazyTensor:
+    """A fresh (non-view) tensor whose storage holds ``value``."""
+    t = torch.Tensor._make_wrapper_subclass(
+        LazyTensor,
+        layout.shape,
+        dtype=layout.dtype,
+        device=torch.device(DEVICE_NAME, device_index),
+        requires_grad=False,
+    )
+    t._lz_storage = Storage(value, device_index)
+    t._lz_view = None
+    t._lz_value = value
+    t._lz_seen = 0
+    t._lz_key = layout.mkey
+    return t
+
+
+def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
+    """A tensor sharing ``storage``; a view when ``layout.view`` is set."""
+    if layout.view is None:
+        t = torch.Tensor._make_wrapper_subclass(
+            LazyTensor,
+            layout.shape,
+            dtype=layout.dtype,
+            device=torch.device(DEVICE_NAME, storage.device_index),
+            requires_grad=False,
+        )
+    else:
+        t = torch.Tensor._make_wrapper_subclass(
+            LazyTensor,
+            layout.shape,
+            layout.stride,
+            layout.offset,
+            dtype=layout.dtype,
+            device=torch.device(DEVICE_NAME, storage.device_index),
+            requires_grad=False,
+        )
+    t._lz_storage = storage
+    t._lz_view = layout.view
+    t._lz_value = value
+    t._lz_seen = storage.version
+    t._lz_key = layout.mkey
+    return t
+
+
+def ir_value(t: LazyTensor) -> ir.Value:
+    """The IR value of ``t``'s current content."""
+    storage = t._lz_storage
+    view = t._lz_view
+    if view is None:
+        return storage.value
+    if t._lz_seen != storage.version:
+        t._lz_value = view_gather(storage.value, view, t._lz_value.spec.dtype)
+        t._lz_seen = storage.version
+    return t._lz_value
+
+
+def write(t: LazyTensor, value: ir.Value) -> None:
+    """Replace the content of ``t`` (shape and dtype already ``t``'s) by ``value``."""
+    storage = t._lz_storage
+    view = t._lz_view
+    if view is None:
+        storage.set(value)
+        t._lz_seen = storage.version
+        return
+    storage.set(view_scatter(storage.value, view, value))
+    t._lz_value = value
+    t._lz_seen = storage.version
+
+
+# -- the two view pseudo-ops (lowered in ops/views.py) -----------------------------
+
+
+def view_gather(base: ir.Value, view: tuple, dtype: str) -> ir.Value:
+    size, stride, offset = view
+    spec = ir.TensorSpec(size, dtype)
+    return ir.Node("lazax::view_gather", (base,), ((("%", 0), size, stride, offset), ()), (spec,)).outputs[0]
+
+
+def view_scatter(base: ir.Value, view: tuple, value: ir.Value) -> ir.Value:
+    size, stride, offset = view
+    return ir.Node(
+        "lazax::view_scatter",
+        (base, value),
+        ((("%", 0), ("%", 1), size, stride, offset), ()),
+        (base.spec,),
+    ).outputs[0]
+
+
+def view_indices(base_shape: tuple[int, ...], view: tuple) -> np.ndarray:
+    """Flat positions in the contiguous base of every element of the view."""
+    size, stride, offset = view
+    index = np.full((), offset, dtype=np.int64)
+    for n, s in zip(size, stride):
+        index = index[..., None] + np.arange(n, dtype=np.int64) * s
+    return index.reshape(size)
+
+
+def spec_of(t: torch.Tensor) -> ir.TensorSpec:
+    return ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype))

@@ -1,0 +1,103 @@
+"""Lowerings the tensor layer itself relies on: copies, casts, factories, view I/O.
+
+``lazax::view_gather`` / ``lazax::view_scatter`` read and write a strided view of a
+contiguous base, given the view's (size, stride, storage offset): a contiguous block
+becomes a slice or ``dynamic_update_slice``; anything else a gather/scatter over the
+flat positions torch's strides describe.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import lax
+
+from ._registry import lowering
+
+aten = torch.ops.aten
+
+
+def _contiguous(size, stride) -> bool:
+    expected = 1
+    for n, s in reversed(list(zip(size, stride))):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _positions(size, stride, offset) -> np.ndarray:
+    index = np.full((), offset, dtype=np.int64)
+    for n, s in zip(size, stride):
+        index = index[..., None] + np.arange(n, dtype=np.int64) * s
+    return index.reshape(-1)
+
+
+@lowering("lazax::view_gather")
+def view_gather(ctx, base, size, stride, offset):
+    flat = base.reshape(-1)
+    n = math.prod(size)
+    if _contiguous(size, stride):
+        return lax.slice(flat, (offset,), (offset + n,)).reshape(size)
+    return flat[_positions(size, stride, offset)].reshape(size)
+
+
+@lowering("lazax::view_scatter")
+def view_scatter(ctx, base, value, size, stride, offset):
+    flat = base.reshape(-1)
+    value = value.astype(base.dtype).reshape(-1)
+    if _contiguous(size, stride):
+        return lax.dynamic_update_slice(flat, value, (offset,)).reshape(base.shape)
+    return flat.at[_positions(size, stride, offset)].set(value).reshape(base.shape)
+
+
+@lowering("lazax::copy_to")
+def copy_to(ctx, value, shape, dtype):
+    return jnp.broadcast_to(value.astype(ctx.dtype), shape)
+
+
+@lowering(aten._to_copy.default, aten.clone.default, aten.lift_fresh_copy.default)
+def to_copy(ctx, x, **kwargs):
+    return x.astype(ctx.dtype)
+
+
+@lowering(
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.empty_like.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+    aten.zeros_like.default,
+    aten.new_zeros.default,
+    aten.zero.default,
+)
+def zeros(ctx, *args, **kwargs):
+    return jnp.zeros(ctx.shape, ctx.dtype)
+
+
+@lowering(aten.ones_like.default, aten.new_ones.default)
+def ones(ctx, *args, **kwargs):
+    return jnp.ones(ctx.shape, ctx.dtype)
+
+
+@lowering(aten.full_like.default)
+def full_like(ctx, x, fill_value, **kwargs):
+    return jnp.full(ctx.shape, fill_value, ctx.dtype)
+
+
+@lowering(aten.new_full.default)
+def new_full(ctx, x, size, fill_value, **kwargs):
+    return jnp.full(ctx.shape, fill_value, ctx.dtype)
+
+
+@lowering(aten.fill.Scalar, aten.fill.Tensor)
+def fill(ctx, x, value):
+    return jnp.full(ctx.shape, jnp.asarray(value).astype(ctx.dtype), ctx.dtype)
+
+
+@lowering(aten.scalar_tensor.default)
+def scalar_tensor(ctx, value, **kwargs):
+    return jnp.asarray(value).astype(ctx.dtype)

@@ -1,0 +1,124 @@
+"""View ops (their outputs alias their input) and reshapes.
+
+The rules compute values only; aliasing, strides and write-back are the tensor layer's
+(``_tensor.py``). ``view``/``_unsafe_view``/``reshape`` are plain reshapes of the
+logical value.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from ._registry import lowering
+
+aten = torch.ops.aten
+
+
+@lowering(aten.detach.default, aten.alias.default, aten.lift_fresh.default)
+def identity(ctx, x):
+    return x
+
+
+@lowering(
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten._reshape_alias.default,
+    aten.view_copy.default,
+)
+def view(ctx, x, *args):
+    return x.reshape(ctx.shape)
+
+
+@lowering(aten.t.default)
+def t(ctx, x):
+    return x.T if x.ndim == 2 else x
+
+
+@lowering(aten.transpose.int)
+def transpose(ctx, x, dim0, dim1):
+    if x.ndim == 0:
+        return x
+    return jnp.swapaxes(x, dim0, dim1)
+
+
+@lowering(aten.permute.default)
+def permute(ctx, x, dims):
+    return jnp.transpose(x, [d % max(x.ndim, 1) for d in dims]) if x.ndim else x
+
+
+@lowering(aten.expand.default)
+def expand(ctx, x, size, implicit=False):
+    return jnp.broadcast_to(x, ctx.shape)
+
+
+@lowering(aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+def unsqueeze(ctx, x, *dims):
+    return x.reshape(ctx.shape)
+
+
+@lowering(aten.slice.Tensor)
+def slice_(ctx, x, dim=0, start=None, end=None, step=1):
+    if x.ndim == 0:
+        return x
+    dim %= x.ndim
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None else end
+    start = max(0, min(n, start + n if start < 0 else start))
+    end = max(start, min(n, end + n if end < 0 else end))
+    return lax.slice_in_dim(x, start, end, step, axis=dim)
+
+
+@lowering(aten.select.int)
+def select(ctx, x, dim, index):
+    dim %= x.ndim
+    index = index + x.shape[dim] if index < 0 else index
+    return lax.index_in_dim(x, index, axis=dim, keepdims=False)
+
+
+@lowering(aten.split.Tensor, aten.split_with_sizes.default, aten.split.sizes)
+def split(ctx, x, split_size, dim=0):
+    dim %= max(x.ndim, 1)
+    outs, start = [], 0
+    for shape, _ in ctx.out:
+        n = shape[dim]
+        outs.append(lax.slice_in_dim(x, start, start + n, axis=dim))
+        start += n
+    return tuple(outs)
+
+
+@lowering(aten.unbind.int)
+def unbind(ctx, x, dim=0):
+    dim %= x.ndim
+    return tuple(lax.index_in_dim(x, i, axis=dim, keepdims=False) for i in range(x.shape[dim]))
+
+
+@lowering(aten.diagonal.default)
+def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
+    return jnp.diagonal(x, offset, dim1, dim2)
+
+
+@lowering(aten.as_strided.default)
+def as_strided(ctx, x, size, stride, storage_offset=None):
+    from .core import _positions
+
+    # Strides here are relative to this tensor's own contiguous layout.
+    flat = x.reshape(-1)
+    return flat[_positions(size, stride, storage_offset or 0)].reshape(size)
+
+
+@lowering(aten.unfold.default)
+def unfold(ctx, x, dimension, size, step):
+    dim = dimension % max(x.ndim, 1)
+    count = ctx.shape[dim]
+    pieces = [lax.slice_in_dim(x, i * step, i * step + size, axis=dim) for i in range(count)]
+    stacked = jnp.stack(pieces, axis=dim)  # [..., count, size, ...]
+    return jnp.moveaxis(stacked, dim + 1, -1)
+
+
+@lowering(aten.view_as_real.default)
+def view_as_real(ctx, x):
+    return jnp.stack([x.real, x.imag], axis=-1)

@@ -1,0 +1,41 @@
+"""lazax.ir: the IR every mode builds and every sync walks.
+
+Nodes (op, operand values, attributes, output specs) carry a structural hash computed
+once at construction; parameter leaves hash by spec, never by value; ``collect`` turns
+output values into a post-ordered ``Graph`` with its graph hash; ``dump`` prints one.
+Pure Python: imports neither torch nor jax.
+"""
+
+from ._graph import Graph, collect, dump, post_order
+from ._node import (
+    DEVICE_DATA,
+    DTYPE_CODES,
+    SCALAR,
+    Node,
+    TensorSpec,
+    Value,
+    device_data,
+    node_base_hash,
+    scalar_parameter,
+)
+from ._stable import stable_hash, stable_str_code
+from ._version import __version__
+
+__all__ = [
+    "DEVICE_DATA",
+    "DTYPE_CODES",
+    "SCALAR",
+    "Graph",
+    "Node",
+    "TensorSpec",
+    "Value",
+    "__version__",
+    "collect",
+    "device_data",
+    "dump",
+    "node_base_hash",
+    "post_order",
+    "scalar_parameter",
+    "stable_hash",
+    "stable_str_code",
+]

@@ -1,0 +1,154 @@
+"""IR nodes, values and tensor specs.
+
+Contract:
+- A ``Node`` is immutable once built: an op name, operand ``Value``s, attributes (values
+  accepted by ``stable_hash``) and one ``TensorSpec`` per output.
+- ``node.hash`` is computed once, in the constructor, from the op, the attributes, the
+  output specs and the operands' hashes (a Merkle hash), and is the same in every
+  process. Building a node is O(number of operands).
+- Parameter leaves (``device_data`` and ``scalar``) hash by spec only, never by value:
+  the same program on new data, or with a new learning rate, hashes the same. Their
+  payload lives in ``node.data`` and is mutable; it never enters a hash.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ._stable import stable_hash, stable_str_code
+
+__all__ = [
+    "DEVICE_DATA",
+    "SCALAR",
+    "DTYPE_CODES",
+    "Node",
+    "TensorSpec",
+    "Value",
+    "device_data",
+    "node_base_hash",
+    "scalar_parameter",
+]
+
+DEVICE_DATA = "device_data"
+SCALAR = "scalar"
+
+# Fixed codes so that spec hashes never depend on str hashing.
+DTYPE_CODES: dict[str, int] = {
+    name: code
+    for code, name in enumerate(
+        (
+            "bool",
+            "uint8",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "float16",
+            "bfloat16",
+            "float32",
+            "float64",
+            "complex64",
+            "complex128",
+            "uint16",
+            "uint32",
+            "uint64",
+            "float8_e4m3fn",
+            "float8_e5m2",
+        ),
+        start=1,
+    )
+}
+
+
+class TensorSpec(NamedTuple):
+    """Shape and dtype name (``"float32"``, ``"int64"``, ...) of one tensor."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+def _specs_key(specs: tuple[TensorSpec, ...]) -> tuple:
+    return tuple((DTYPE_CODES[s.dtype], s.shape) for s in specs)
+
+
+def node_base_hash(op: str, attrs: tuple, specs: tuple[TensorSpec, ...]) -> int:
+    """The part of a node's hash that does not depend on its operands.
+
+    Callers that build many nodes of the same op, attributes and specs (the tensor
+    layer's per-op cache) compute this once and pass it to ``Node(base_hash=...)``.
+    """
+    return hash((stable_str_code(op), stable_hash(attrs), _specs_key(specs)))
+
+
+class Value:
+    """One output of a node: ``node.outputs[index]``."""
+
+    __slots__ = ("node", "index", "hash", "spec")
+
+    def __init__(self, node: Node, index: int, spec: TensorSpec) -> None:
+        self.node = node
+        self.index = index
+        self.spec = spec
+        self.hash = node.hash if index == 0 else hash((node.hash, index))
+
+    def __repr__(self) -> str:
+        return f"Value({self.node.op}#{self.index}: {self.spec})"
+
+
+class Node:
+    """One IR operation. See the module docstring for the hashing contract."""
+
+    __slots__ = ("op", "operands", "attrs", "specs", "hash", "outputs", "data", "__weakref__")
+
+    def __init__(
+        self,
+        op: str,
+        operands: tuple[Value, ...],
+        attrs: tuple = (),
+        specs: tuple[TensorSpec, ...] = (),
+        base_hash: int | None = None,
+        data: Any = None,
+    ) -> None:
+        self.op = op
+        self.operands = operands
+        self.attrs = attrs
+        self.specs = specs
+        self.data = data
+        if base_hash is None:
+            base_hash = node_base_hash(op, attrs, specs)
+        self.hash = hash((base_hash, *[v.hash for v in operands])) if operands else base_hash
+        self.outputs = tuple(Value(self, i, s) for i, s in enumerate(specs))
+
+    @property
+    def is_parameter(self) -> bool:
+        """True for leaves whose payload is fed to the compiled program at run time."""
+        return not self.operands and (self.op == DEVICE_DATA or self.op == SCALAR)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, {len(self.operands)} operands, hash={self.hash & 0xFFFFFFFF:08x})"
+
+
+_PARAM_BASES: dict[tuple[str, TensorSpec], int] = {}
+
+
+def _parameter(kind: str, spec: TensorSpec, data: Any) -> Value:
+    base = _PARAM_BASES.get((kind, spec))
+    if base is None:
+        base = _PARAM_BASES[(kind, spec)] = node_base_hash(kind, (), (spec,))
+    return Node(kind, (), (), (spec,), base, data).outputs[0]
+
+
+def device_data(spec: TensorSpec, data: Any) -> Value:
+    """A leaf holding device data (a runtime buffer); hashed by ``spec`` only."""
+    return _parameter(DEVICE_DATA, spec, data)
+
+
+def scalar_parameter(dtype: str, value: Any) -> Value:
+    """A 0-dim leaf holding a host scalar, fed at run time; hashed by dtype only.
+
+    This is how a changing Python scalar (a learning rate) stays out of the graph key.
+    """
+    return _parameter(SCALAR, TensorSpec((), dtype), value)
