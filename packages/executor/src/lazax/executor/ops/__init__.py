@@ -14,8 +14,17 @@ from ._registry import (
 )
 
 # Families register their rules on import.
-from . import core  # noqa: E402,F401  (copies, conversions, factories, view pseudo-ops)
-from . import views  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    core,  # copies, conversions, factories, view pseudo-ops
+    elementwise,  # unary/binary math, comparisons, where, clamp, activations (+ backward)
+    foreach,  # the _foreach_* ops optimizers use
+    indexing,  # cat/stack, index/index_put, gather/scatter, triu/tril, arange, masks
+    linalg,  # mm, bmm, addmm, baddbmm, dot
+    nn,  # softmax, layer norm, embedding, losses, dropout (+ backward)
+    random,  # normal_, uniform_, bernoulli, random_
+    reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
+    views,  # view ops and reshapes
+)
 
 __all__ = [
     "DuplicateLoweringError",
