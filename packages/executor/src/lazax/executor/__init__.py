@@ -10,7 +10,7 @@ from ._device import RNG, device, register
 
 register()
 
-from . import _metrics as metrics  # noqa: E402
+from . import metrics  # noqa: E402
 from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
 from ._special import register_factories  # noqa: E402

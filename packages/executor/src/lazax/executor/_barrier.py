@@ -28,7 +28,7 @@ import torch
 from lazax import cache as lazax_cache
 from lazax import ir, pjrt
 
-from . import _metrics as metrics
+from . import metrics
 from ._dtypes import dtype_name, torch_dtype
 from ._lowering import lower
 from ._tensor import PENDING, LazyTensor, Storage, ir_value
@@ -95,7 +95,6 @@ class GraphExecutor:
                     # Views re-read from the materialised base rather than keep the old
                     # graph alive (and recompute it).
                     target.version += 1
-                    PENDING.discard(target)
                 else:
                     target._lz_value = value
         if wait:
@@ -103,14 +102,17 @@ class GraphExecutor:
 
     def sync(self, wait: bool = False) -> None:
         """Sync every live tensor with pending IR, as one graph."""
-        storages = [s for s in list(PENDING) if s.pending]
+        storages = PENDING.take()
         roots = [s.value for s in storages]
         if roots:
-            results = self.run_graph(roots)
+            try:
+                results = self.run_graph(roots)
+            except BaseException:
+                PENDING.restore(storages)
+                raise
             for storage, value in zip(storages, results):
                 storage.value = value
                 storage.version += 1
-            PENDING.clear()
         if wait:
             self.runtime.wait([s.value.node.data for s in storages])
 
@@ -172,9 +174,11 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
         t = t.resolve_neg()
     t = t.contiguous()
     carrier = _VIEW_AS.get(t.dtype)
+    # A copy: on the CPU, PJRT may adopt the host buffer without copying, and the
+    # user's CPU tensor must not alias the device value.
     if carrier is None:
-        return t.numpy()
-    return t.view(carrier).numpy().view(pjrt.numpy_dtype(dtype_name(t.dtype)))
+        return t.numpy().copy()
+    return t.view(carrier).numpy().view(pjrt.numpy_dtype(dtype_name(t.dtype))).copy()
 
 
 def from_cpu(t: torch.Tensor, device_index: int = 0) -> ir.Value:

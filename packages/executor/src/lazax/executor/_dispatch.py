@@ -19,7 +19,7 @@ import torch
 from lazax import ir
 from lazax.pjrt import numpy_dtype
 
-from . import _metrics as metrics
+from . import metrics
 from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._device import RNG
 from ._plans import FUNCTIONAL, INPLACE, LIST_SLOT, SCALAR_SLOT, VIEW, OpPlan

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _metrics as metrics
+from . import metrics
 from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._tensor import Layout, LazyTensor, new_tensor, write
 
@@ -48,6 +48,9 @@ def fallback(func, args, kwargs):
     cpu_kwargs = {k: _to_cpu_arg(v) for k, v in kwargs.items()}
     out = func(*cpu_args, **cpu_kwargs)
     index = _device_index(list(args) + list(kwargs.values()))
+    device = kwargs.get("device")
+    if isinstance(device, torch.device) and device.index is not None:
+        index = device.index
     written: dict[int, LazyTensor] = {}  # id(cpu tensor) -> its lazax original
     schema_args = func._schema.arguments
     for i, arg in enumerate(schema_args):

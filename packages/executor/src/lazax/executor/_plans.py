@@ -34,7 +34,9 @@ VIEW = "view"
 SCALAR_SLOT = 1
 LIST_SLOT = 2
 
-_SCALAR_TYPES = {"number", "Optional[number]"}
+# Python numbers can be lifted in Scalar slots and in Tensor slots (where torch passes
+# "wrapped numbers", as in ``x + 2.5``), never in int/float attribute slots.
+_SCALAR_TYPES = {"number", "Optional[number]", "Tensor", "Optional[Tensor]"}
 _LOW_PRECISION = {"float16", "bfloat16"}
 _FLOATS = {"float16", "bfloat16", "float32", "float64"}
 
@@ -102,8 +104,9 @@ def _template(value: Any, slot: int, counter: list) -> Any:
 def _meta(value: Any) -> Any:
     t = type(value)
     if t is LazyTensor:
-        shape, dtype, stride, offset, numel = value._lz_key
-        return torch.empty(numel, dtype=dtype, device="meta").as_strided(shape, stride, offset)
+        shape, dtype, stride, offset, base_shape = value._lz_key
+        base = torch.empty(math.prod(base_shape), dtype=dtype, device="meta")
+        return base.as_strided(shape, stride, offset)
     if t is list or t is tuple:
         return t(_meta(v) for v in value)
     if isinstance(value, torch.Tensor):
@@ -116,8 +119,8 @@ def _meta(value: Any) -> Any:
 def _cpu(value: Any) -> Any:
     t = type(value)
     if t is LazyTensor:
-        shape, dtype, stride, offset, numel = value._lz_key
-        return torch.zeros(numel, dtype=dtype).as_strided(shape, stride, offset)
+        shape, dtype, stride, offset, base_shape = value._lz_key
+        return torch.zeros(math.prod(base_shape), dtype=dtype).as_strided(shape, stride, offset)
     if t is list or t is tuple:
         return t(_cpu(v) for v in value)
     if isinstance(value, torch.device):
@@ -181,12 +184,11 @@ class OpPlan:
         specs = tuple(ir.TensorSpec(tuple(o.shape), dtype_name(o.dtype)) for o in outs)
         layouts = []
         if self.kind == VIEW:
-            source = args[self.alias_source]
-            storage_numel = source._lz_key[4]
+            storage_shape = args[self.alias_source]._lz_storage.spec.shape
             for o in outs:
                 layouts.append(
                     Layout(
-                        tuple(o.shape), o.dtype, tuple(o.stride()), o.storage_offset(), storage_numel
+                        tuple(o.shape), o.dtype, tuple(o.stride()), o.storage_offset(), storage_shape
                     )
                 )
         else:

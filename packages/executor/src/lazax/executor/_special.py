@@ -111,6 +111,35 @@ def _copy_from(src, dst, non_blocking=False):
     return _copy_((dst, src), {})
 
 
+# Factories whose CPU-side composite would build ``empty`` and fill it through an
+# ``out=`` kernel that resizes it (a lazax tensor cannot be resized in place): give them
+# a PrivateUse1 kernel that builds the value directly.
+_FACTORIES = (
+    "arange",
+    "arange.start",
+    "arange.start_step",
+    "linspace",
+    "logspace",
+    "eye",
+    "eye.m",
+    "randperm",
+    "full",
+    "tril_indices",
+    "triu_indices",
+)
+
+
+def _factory(func):
+    from ._fallback import fallback
+    from .ops import get_lowering
+
+    rule = get_lowering(func)
+    if rule is not None:
+        plan = OpPlan(func, func.name(), FUNCTIONAL, rule.random)
+        return lambda *args, **kwargs: run_plan(plan, args, kwargs)
+    return lambda *args, **kwargs: fallback(func, args, kwargs)
+
+
 _LIBRARY = None
 
 
@@ -122,4 +151,8 @@ def register_factories() -> None:
     lib.impl("empty.memory_format", _empty, "PrivateUse1")
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    for name in _FACTORIES:
+        packet, _, overload = name.partition(".")
+        func = getattr(getattr(torch.ops.aten, packet), overload or "default")
+        lib.impl(name, _factory(func), "PrivateUse1")
     _LIBRARY = lib

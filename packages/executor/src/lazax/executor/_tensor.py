@@ -41,7 +41,45 @@ __all__ = [
     "write",
 ]
 
-PENDING: weakref.WeakSet = weakref.WeakSet()
+class _PendingStorages:
+    """Weak references to storages that were given pending IR since the last sync.
+
+    A plain list of ``weakref.ref`` (no callbacks): appending is the cheapest way to
+    register on the per-op path; dead or already-synced entries are dropped when the
+    list is read or compacted.
+    """
+
+    __slots__ = ("refs", "compact_at")
+
+    def __init__(self) -> None:
+        self.refs: list = []
+        self.compact_at = 4096
+
+    def add(self, storage) -> None:
+        refs = self.refs
+        refs.append(weakref.ref(storage))
+        if len(refs) >= self.compact_at:
+            self.refs = [r for r in refs if (s := r()) is not None and s.pending]
+            self.compact_at = max(4096, 2 * len(self.refs))
+
+    def take(self) -> list:
+        """The live pending storages, each once, in registration order; clears the list."""
+        seen: set[int] = set()
+        live = []
+        for r in self.refs:
+            s = r()
+            if s is not None and s.pending and id(s) not in seen:
+                seen.add(id(s))
+                live.append(s)
+        self.refs = []
+        return live
+
+    def restore(self, storages: list) -> None:
+        """Put back storages that a failed sync did not materialise."""
+        self.refs[:0] = [weakref.ref(s) for s in storages]
+
+
+PENDING = _PendingStorages()
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -88,7 +126,7 @@ class Layout:
         dtype: torch.dtype,
         stride: tuple[int, ...] | None = None,
         offset: int = 0,
-        storage_numel: int | None = None,
+        storage_shape: tuple[int, ...] | None = None,
     ) -> None:
         self.shape = shape
         self.dtype = dtype
@@ -96,12 +134,13 @@ class Layout:
         contiguous = contiguous_strides(shape)
         self.stride = contiguous if stride is None else stride
         self.offset = offset
-        if storage_numel is None:
-            storage_numel = self.numel
-        # A "view" only when it is not the whole base in contiguous order.
-        full = self.stride == contiguous and offset == 0 and storage_numel == self.numel
+        if storage_shape is None:
+            storage_shape = shape
+        # A "view" unless it is the whole base, same shape, in contiguous order: such an
+        # alias (detach, alias, a no-op view) reads the storage's value directly.
+        full = shape == storage_shape and self.stride == contiguous and offset == 0
         self.view = None if full else (shape, self.stride, offset)
-        self.mkey = (shape, dtype, self.stride, offset, storage_numel)
+        self.mkey = (shape, dtype, self.stride, offset, storage_shape)
 
 
 class LazyTensor(torch.Tensor):
@@ -119,6 +158,11 @@ class LazyTensor(torch.Tensor):
         if body.endswith(")"):
             return body[:-1] + f", {suffix})"
         return body
+
+    def tolist(self):
+        from ._barrier import to_cpu
+
+        return to_cpu(self).tolist()
 
     def __reduce_ex__(self, proto):
         # Pickling (torch.save) a device tensor: save its CPU value, as torch_xla does.

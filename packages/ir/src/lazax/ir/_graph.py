@@ -83,8 +83,30 @@ def post_order(roots: Sequence[Value]) -> list[Node]:
     return collect(roots).nodes
 
 
-def _fmt_attr(value: object) -> str:
+def _fmt_value(value: object, operands: list[str]) -> str:
+    if type(value) is tuple:
+        if len(value) == 2 and value[0] == "%" and type(value[1]) is int:
+            return operands[value[1]]
+        inner = ", ".join(_fmt_value(v, operands) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
     return repr(value)
+
+
+def _fmt_call(node: Node, operands: list[str]) -> str:
+    """Arguments as a call. Attributes shaped ``(args, ((name, value), ...))`` with
+    ``("%", k)`` standing for operand ``k`` (the tensor layer's convention) print as
+    ``op(args..., name=value)``; anything else prints operands, then attributes."""
+    attrs = node.attrs
+    if (
+        len(attrs) == 2
+        and type(attrs[0]) is tuple
+        and type(attrs[1]) is tuple
+        and all(type(kv) is tuple and len(kv) == 2 and type(kv[0]) is str for kv in attrs[1])
+    ):
+        parts = [_fmt_value(a, operands) for a in attrs[0]]
+        parts += [f"{k}={_fmt_value(v, operands)}" for k, v in attrs[1]]
+        return ", ".join(parts)
+    return ", ".join(operands + [repr(a) for a in attrs])
 
 
 def dump(graph: Graph) -> str:
@@ -109,8 +131,7 @@ def dump(graph: Graph) -> str:
             continue
         name = f"v{i}"
         names[id(node)] = name
-        args = [ref(v) for v in node.operands]
-        args += [_fmt_attr(a) for a in node.attrs]
-        lines.append(f"{name} = {node.op}({', '.join(args)})  # {specs}")
+        call = _fmt_call(node, [ref(v) for v in node.operands])
+        lines.append(f"{name} = {node.op}({call})  # {specs}")
     lines.append(f"return ({', '.join(ref(r) for r in graph.roots)},)")
     return "\n".join(lines)

@@ -120,7 +120,10 @@ class Node:
         if base_hash is None:
             base_hash = node_base_hash(op, attrs, specs)
         self.hash = hash((base_hash, *[v.hash for v in operands])) if operands else base_hash
-        self.outputs = tuple(Value(self, i, s) for i, s in enumerate(specs))
+        if len(specs) == 1:
+            self.outputs = (Value(self, 0, specs[0]),)
+        else:
+            self.outputs = tuple([Value(self, i, s) for i, s in enumerate(specs)])
 
     @property
     def is_parameter(self) -> bool:

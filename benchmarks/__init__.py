@@ -1,0 +1,1 @@
+"""lazax benchmarks and the models they (and the tests and the demo) share."""

@@ -1,0 +1,116 @@
+"""``python -m benchmarks``: lazax side by side with torch CPU and pure JAX, in one run.
+
+Prints a table and writes every figure to ``benchmarks/results/<name>.json``. Ratios
+are what to quote (this is a noisy 2-core machine: run nothing else meanwhile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jax
+import torch
+from tqdm import tqdm
+
+import lazax.modes as lx
+
+from . import micro, training
+from .models import Decoder, DecoderConfig
+
+RESULTS = Path(__file__).resolve().parent / "results"
+RUNNERS = {"torch_cpu": training.run_torch_cpu, "lazy": training.run_lazy, "jax": training.run_jax}
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("--modes", default="torch_cpu,lazy,jax", help="comma list of " + ",".join(RUNNERS))
+    p.add_argument("--steps", type=int, default=10, help="timed steps per mode")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps (the first compiles)")
+    p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--skip-micro", action="store_true")
+    p.add_argument("--name", default="latest", help="results file name (without .json)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    cfg = DecoderConfig(args.vocab, args.d_model, args.heads, args.layers, args.seq, args.batch)
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - set(RUNNERS)
+    if unknown:
+        print(f"unknown modes {sorted(unknown)}; choose from {sorted(RUNNERS)}", file=sys.stderr)
+        return 2
+    report = {
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, "
+        f"{len(__import__('os').sched_getaffinity(0))} cores",
+        "device": str(jax.devices()[0]),
+        "torch": torch.__version__,
+        "jax": jax.__version__,
+        "config": cfg.__dict__,
+    }
+    if not args.skip_micro:
+        print("micro-benchmarks ...", flush=True)
+        report["tracing"] = micro.tracing()
+        report["cached_sync"] = micro.cached_sync()
+    torch.manual_seed(0)
+    model = Decoder(cfg)
+    report["decoder"] = {}
+    total = len(modes) * (args.steps + args.warmup - 1)
+    with tqdm(total=total, desc="decoder training", unit="step") as bar:
+        for mode in modes:
+            bar.set_postfix_str(mode)
+            r = RUNNERS[mode](model, args.warmup, args.steps, bar.update)
+            r["tokens_per_s"] = r["steps_per_s"] * cfg.batch * cfg.seq
+            report["decoder"][mode] = r
+    ceiling = report["decoder"].get("jax", {}).get("steps_per_s")
+    for r in report["decoder"].values():
+        if ceiling:
+            r["vs_jax"] = r["steps_per_s"] / ceiling
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{args.name}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(format_report(report))
+    print(f"\nwritten: {out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out}")
+    return 0
+
+
+def format_report(report: dict) -> str:
+    lines = [f"machine: {report['machine']}; device {report['device']}; "
+             f"torch {report['torch']}, jax {report['jax']}"]
+    if "tracing" in report:
+        t = report["tracing"]
+        lines.append(
+            f"tracing: {t['lazax_lazy_us_per_op']:.1f} us/op lazy vs {t['torch_cpu_us_per_op']:.1f} "
+            f"us/op torch CPU = {t['ratio']:.2f}x (target <= {t['target_ratio']:.0f}x)"
+        )
+        s = report["cached_sync"]
+        lines.append(
+            f"cached sync ({s['graph_nodes']} nodes): {s['lazax_sync_us']:.1f} us vs direct jax "
+            f"call {s['jax_direct_call_us']:.1f} us = {s['ratio']:.2f}x "
+            f"(budget {s['budget_us']:.0f} us: {'met' if s['within_budget'] else 'missed'})"
+        )
+    lines.append("")
+    lines.append(f"{'decoder mode':<12} {'steps/s':>9} {'tokens/s':>10} {'first step':>11} "
+                 f"{'compiles':>9} {'vs jax':>7}")
+    for mode, r in report["decoder"].items():
+        vs = f"{r['vs_jax']:.2f}x" if "vs_jax" in r else "-"
+        lines.append(
+            f"{mode:<12} {r['steps_per_s']:>9.2f} {r['tokens_per_s']:>10.0f} "
+            f"{r['first_step_s']:>10.2f}s {r.get('compiles', '-')!s:>9} {vs:>7}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The benchmark's ceiling: the same decoder and AdamW step written in pure JAX.
+
+Contract: ``make_jax_train_step(torch_model, lr)`` returns ``(step, state)`` where
+``step(state, tokens) -> (state, loss)`` is one ``jax.jit``-compiled training step of
+the same architecture as ``benchmarks.models.Decoder`` (same shapes, same initial
+weights taken from the torch model, AdamW with torch's defaults). It is what XLA can do
+with no tracing at all; lazax's modes are measured as a fraction of it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .models import Decoder
+
+__all__ = ["make_jax_train_step"]
+
+
+def _layer_norm(x, w, b, eps=1e-5):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(var + eps) * w + b
+
+
+def _linear(x, p, name, bias=True):
+    y = x @ p[f"{name}.weight"].T
+    return y + p[f"{name}.bias"] if bias else y
+
+
+def _forward(p, tokens, n_layers, n_heads, mask):
+    b, t = tokens.shape
+    x = p["tok.weight"][tokens] + p["pos.weight"][jnp.arange(t)]
+    d = x.shape[-1]
+    hd = d // n_heads
+    for i in range(n_layers):
+        pre = f"blocks.{i}"
+        h = _layer_norm(x, p[f"{pre}.ln1.weight"], p[f"{pre}.ln1.bias"])
+        q, k, v = jnp.split(_linear(h, p, f"{pre}.attn.qkv"), 3, axis=-1)
+
+        def heads(z):
+            return z.reshape(b, t, n_heads, hd).transpose(0, 2, 1, 3)
+
+        q, k, v = heads(q), heads(k), heads(v)
+        scores = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(hd)
+        scores = jnp.where(mask[:t, :t], -jnp.inf, scores)
+        attn = jax.nn.softmax(scores, axis=-1)
+        out = (attn @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
+        x = x + _linear(out, p, f"{pre}.attn.proj")
+        h = _layer_norm(x, p[f"{pre}.ln2.weight"], p[f"{pre}.ln2.bias"])
+        h = jax.nn.gelu(_linear(h, p, f"{pre}.mlp.0"), approximate=False)
+        x = x + _linear(h, p, f"{pre}.mlp.2")
+    x = _layer_norm(x, p["ln_f.weight"], p["ln_f.bias"])
+    return _linear(x, p, "head", bias=False)
+
+
+def _loss(p, tokens, n_layers, n_heads, mask):
+    logits = _forward(p, tokens, n_layers, n_heads, mask)[:, :-1]
+    targets = tokens[:, 1:]
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.take_along_axis(logp, targets[..., None], axis=-1).mean()
+
+
+def make_jax_train_step(model: Decoder, lr: float = 1e-3):
+    cfg = model.cfg
+    params = {k: jnp.asarray(v.detach().cpu().numpy()) for k, v in model.named_parameters()}
+    mask = jnp.asarray(np.triu(np.ones((cfg.seq, cfg.seq), dtype=bool), 1))
+    b1, b2, eps, wd = 0.9, 0.999, 1e-8, 1e-2
+
+    def step(state, tokens):
+        p, m, v, count = state
+        loss, grads = jax.value_and_grad(_loss)(p, tokens, cfg.n_layers, cfg.n_heads, mask)
+        count = count + 1
+        bc1 = 1 - b1**count
+        bc2 = 1 - b2**count
+        new_p, new_m, new_v = {}, {}, {}
+        for k in p:
+            g = grads[k]
+            new_m[k] = b1 * m[k] + (1 - b1) * g
+            new_v[k] = b2 * v[k] + (1 - b2) * g * g
+            param = p[k] * (1 - lr * wd)
+            denom = jnp.sqrt(new_v[k] / bc2) + eps
+            new_p[k] = param - (lr / bc1) * new_m[k] / denom
+        return (new_p, new_m, new_v, count), loss
+
+    zeros = {k: jnp.zeros_like(x) for k, x in params.items()}
+    state = (params, zeros, dict(zeros), jnp.zeros((), jnp.float32))
+    return jax.jit(step), state

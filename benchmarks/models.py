@@ -1,0 +1,124 @@
+"""The models lazax is tested and measured on: plain torch, nothing lazax-specific.
+
+- ``MLP``: a 3-layer perceptron classifier.
+- ``Decoder``: a decoder-only transformer LM (token + position embedding, pre-norm
+  blocks of causal self-attention and a GELU MLP, final LayerNorm, LM head). The
+  standard benchmark configuration is ``DecoderConfig()``: vocab 1024, d_model 256,
+  4 heads, 2 layers, seq 128, batch 8.
+- ``make_batch`` / ``make_tokens``: deterministic fake data from a seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["MLP", "Decoder", "DecoderConfig", "lm_loss", "make_batch", "make_tokens"]
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in: int = 32, hidden: int = 64, n_classes: int = 10) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_in, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.fc3 = nn.Linear(hidden, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    vocab: int = 1024
+    d_model: int = 256
+    n_heads: int = 4
+    n_layers: int = 2
+    seq: int = 128
+    batch: int = 8
+    dropout: float = 0.0
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        mask = torch.triu(torch.ones(cfg.seq, cfg.seq, dtype=torch.bool), diagonal=1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.n_heads
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q = q.view(b, t, h, d // h).transpose(1, 2)
+        k = k.view(b, t, h, d // h).transpose(1, 2)
+        v = v.view(b, t, h, d // h).transpose(1, 2)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // h)
+        scores = scores.masked_fill(self.mask[:t, :t], float("-inf"))
+        attn = self.drop(torch.softmax(scores, dim=-1))
+        out = (attn @ v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(out)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model),
+            nn.GELU(),
+            nn.Linear(4 * cfg.d_model, cfg.d_model),
+            nn.Dropout(cfg.dropout),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: DecoderConfig | None = None) -> None:
+        super().__init__()
+        cfg = cfg or DecoderConfig()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.pos = nn.Embedding(cfg.seq, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        positions = torch.arange(t, device=tokens.device)
+        x = self.tok(tokens) + self.pos(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token cross entropy."""
+    vocab = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+
+
+def make_tokens(cfg: DecoderConfig, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq), generator=g)
+
+
+def make_batch(n: int, d_in: int, n_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d_in, generator=g)
+    y = torch.randint(0, n_classes, (n,), generator=g)
+    return x, y

@@ -1,0 +1,106 @@
+"""Training-step throughput of the decoder: torch CPU, lazax lazy, pure JAX.
+
+Each runner returns steps/s (median over timed steps after warm-up), time to the first
+step (which includes compilation), and its compile count where it has one. Tokens/s is
+steps/s times batch times sequence length.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+
+import jax
+import torch
+
+import lazax.modes as lx
+
+from .jax_decoder import make_jax_train_step
+from .models import Decoder, DecoderConfig, lm_loss, make_tokens
+
+__all__ = ["run_jax", "run_lazy", "run_torch_cpu"]
+
+LR = 1e-3
+
+
+def _timed_steps(step, warmup: int, steps: int, progress=None) -> dict:
+    start = time.perf_counter()
+    step(0)
+    first = time.perf_counter() - start
+    for i in range(1, warmup):
+        step(i)
+        if progress:
+            progress()
+    samples = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        step(warmup + i)
+        samples.append(time.perf_counter() - t0)
+        if progress:
+            progress()
+    return {"first_step_s": first, "steps_per_s": 1.0 / statistics.median(samples)}
+
+
+def _batches(cfg: DecoderConfig, n: int) -> list[torch.Tensor]:
+    return [make_tokens(cfg, seed) for seed in range(n)]
+
+
+def run_torch_cpu(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
+    model = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    data = _batches(model.cfg, 4)
+
+    def step(i):
+        tokens = data[i % len(data)]
+        opt.zero_grad()
+        loss = lm_loss(model(tokens), tokens)
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    return _timed_steps(step, warmup, steps, progress)
+
+
+def run_lazy(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
+    dev = lx.device()
+    model = copy.deepcopy(model).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    data = [t.to(dev) for t in _batches(model.cfg, 4)]
+    lx.sync(wait=True)
+    compiles = lx.metrics.counter_value("UncachedCompile") or 0
+    last = []
+
+    def step(i):
+        tokens = data[i % len(data)]
+        opt.zero_grad()
+        loss = lm_loss(model(tokens), tokens)
+        loss.backward()
+        opt.step()
+        lx.sync()
+        if last:
+            last[0].item()  # wait for the previous step: keep one step in flight
+            last.clear()
+        last.append(loss)
+
+    result = _timed_steps(step, warmup, steps, progress)
+    last[0].item()
+    result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
+    return result
+
+
+def run_jax(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
+    train_step, state = make_jax_train_step(model, lr=LR)
+    data = [jax.numpy.asarray(t.numpy()) for t in _batches(model.cfg, 4)]
+    holder = [state, None]
+
+    def step(i):
+        new_state, loss = train_step(holder[0], data[i % len(data)])
+        if holder[1] is not None:
+            holder[1].block_until_ready()  # same one-step-in-flight policy as lazax
+        holder[0], holder[1] = new_state, loss
+
+    result = _timed_steps(step, warmup, steps, progress)
+    holder[1].block_until_ready()
+    result["compiles"] = 1
+    return result

@@ -1,0 +1,165 @@
+"""The tensor layer: device placement, reads, views, scalars, errors, failures."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+import lazax.executor as lx
+from lazax import ir
+
+DEV = lx.device()
+
+
+def counter(name):
+    return lx.metrics.counter_value(name) or 0
+
+
+def test_tensors_move_like_cuda_tensors():
+    cpu = torch.arange(12, dtype=torch.int64).reshape(3, 4)
+    t = cpu.to("lazax")
+    assert t.device == torch.device("lazax:0") and t.dtype == torch.int64
+    assert t.shape == (3, 4) and t.stride() == (4, 1) and t.is_contiguous()
+    torch.testing.assert_close(t.cpu(), cpu)
+    assert t.tolist() == cpu.tolist()
+    assert t[1, 2].item() == 6
+    r = torch.randn(2, 3, device="lazax")
+    assert isinstance(r, lx.LazyTensor) and r.device.type == "lazax"
+    assert torch.tensor([1.5, 2.5], device="lazax").cpu().tolist() == [1.5, 2.5]
+
+
+def test_dtypes_are_kept():
+    for dtype in (torch.int64, torch.float64, torch.bfloat16, torch.bool, torch.int32, torch.uint8):
+        cpu = torch.ones(3, dtype=dtype)
+        back = cpu.to("lazax").cpu()
+        assert back.dtype == dtype
+        torch.testing.assert_close(back, cpu)
+
+
+def test_print_and_repr_show_values_and_device(capsys):
+    t = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).to("lazax")
+    print(t)
+    out = capsys.readouterr().out
+    assert "[3., 4.]]" in out and "device='lazax:0'" in out
+    assert repr(t.t()).startswith("tensor([[1., 3.]")
+
+
+def test_module_to_and_state_dict_save():
+    model = torch.nn.Linear(3, 2)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    model.to("lazax")
+    assert model.weight.device.type == "lazax" and isinstance(model.weight, torch.nn.Parameter)
+    buffer = io.BytesIO()
+    torch.save(model.cpu().state_dict(), buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    for k, v in expected.items():
+        torch.testing.assert_close(loaded[k], v)
+
+
+def test_writes_through_views_reach_base_and_siblings():
+    base_cpu = torch.arange(12.0).reshape(3, 4)
+    base = base_cpu.to("lazax")
+    row, col, flat = base[1], base[:, 2], base.view(-1)
+    row.mul_(10)
+    base_cpu[1].mul_(10)
+    col.zero_()
+    base_cpu[:, 2].zero_()
+    base[0, 0] = 99.0
+    base_cpu[0, 0] = 99.0
+    torch.testing.assert_close(base.cpu(), base_cpu)
+    torch.testing.assert_close(flat.cpu(), base_cpu.view(-1))
+    torch.testing.assert_close(row.cpu(), base_cpu[1])
+    tt = base.t()
+    assert tt.stride() == (1, 4) and not tt.is_contiguous()
+    assert base[1:, 1:].storage_offset() == 5 and base[1:, 1:].stride() == (4, 1)
+
+
+def test_same_program_other_data_same_graph_and_no_compile():
+    lx.sync()
+    a = torch.randn(5, 5).to("lazax")
+    warm = (a.t() @ a).sum()  # compile this graph once (a live tensor: sync runs it)
+    lx.sync()
+    assert warm.device.type == "lazax"
+    before = counter("UncachedCompile")
+    b = torch.randn(5, 5).to("lazax")
+    out = (b.t() @ b).sum()
+    lx.sync()
+    assert counter("UncachedCompile") == before
+    torch.testing.assert_close(out.cpu(), (b.cpu().t() @ b.cpu()).sum())
+
+
+def test_other_shape_compiles_again():
+    lx.sync()
+    x = torch.randn(4, 6).to("lazax")
+    y = x.t()
+    before = counter("UncachedCompile")
+    (y @ x).sum().cpu()
+    x2 = torch.randn(4, 7).to("lazax")
+    (x2.t() @ x2).sum().cpu()
+    assert counter("UncachedCompile") == before + 2
+
+
+def test_changing_python_scalars_do_not_recompile():
+    x = torch.randn(8).to("lazax")
+    (x * 0.5 + 3.0).cpu()
+    before = counter("UncachedCompile")
+    for scale in (0.25, 0.125, 7.0):
+        out = x * scale + 3.0
+        torch.testing.assert_close(out.cpu(), x.cpu() * scale + 3.0)
+    assert counter("UncachedCompile") == before
+
+
+def test_unlowered_op_falls_back_to_cpu_and_is_counted():
+    x_cpu = torch.tensor([[3.0, 1.0], [0.5, 2.0]])
+    name = "aten::linalg_inv_ex"
+    before = counter(name)
+    out = torch.linalg.inv(x_cpu.to("lazax"))
+    assert out.device.type == "lazax"
+    torch.testing.assert_close(out.cpu(), torch.linalg.inv(x_cpu))
+    assert counter(name) == before + 1
+
+
+def test_errors_are_torchs_and_raised_at_the_call():
+    a = torch.randn(2, 3).to("lazax")
+    b = torch.randn(4, 5).to("lazax")
+    with pytest.raises(RuntimeError) as lazax_err:
+        torch.mm(a, b)
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch.mm(a.cpu(), b.cpu())
+    assert str(lazax_err.value) == str(cpu_err.value)
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        torch.randn(3, 4).to("lazax") + torch.randn(5).to("lazax")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a + torch.randn(2, 3)
+    # 0-dim CPU tensors mix, as with cuda
+    torch.testing.assert_close((a * torch.tensor(2.0)).cpu(), a.cpu() * 2)
+
+
+def test_failed_compile_or_execute_leaves_tensors_readable():
+    runtime = lx.EXECUTOR.runtime
+    x_cpu = torch.randn(6)
+    x = x_cpu.to("lazax")
+    y = x * 2 + 1  # pending
+    before_data = x.cpu()
+    runtime.fail_next("compile", RuntimeError("injected compile failure"))
+    with pytest.raises(RuntimeError, match="injected compile failure"):
+        y.cpu()
+    torch.testing.assert_close(x.cpu(), before_data)
+    torch.testing.assert_close(y.cpu(), x_cpu * 2 + 1)  # nothing lost: runs now
+    z = torch.sin(x) + 5.0
+    z.cpu()  # compiled
+    w = torch.sin(x) + 6.0
+    runtime.fail_next("execute", RuntimeError("injected execute failure"))
+    with pytest.raises(RuntimeError, match="injected execute failure"):
+        lx.sync()
+    torch.testing.assert_close(w.cpu(), torch.sin(x_cpu) + 6.0)
+
+
+def test_graph_dump_of_pending_work():
+    x = torch.randn(3).to("lazax")
+    y = (x + 2.0).relu()
+    text = ir.dump(ir.collect([lx.ir_value(y)]))
+    assert "aten::add.Tensor" in text and "aten::relu" in text and "scalar()" in text
+    np.testing.assert_allclose(y.cpu().numpy(), np.maximum(x.cpu().numpy() + 2.0, 0), rtol=1e-6)
