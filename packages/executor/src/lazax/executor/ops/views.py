@@ -122,3 +122,71 @@ def unfold(ctx, x, dimension, size, step):
 @lowering(aten.view_as_real.default)
 def view_as_real(ctx, x):
     return jnp.stack([x.real, x.imag], axis=-1)
+
+
+# -- backward of views, and the functional "scatter" forms --------------------------
+
+
+def _slice_index(shape, dim, start, end, step):
+    n = shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None else end
+    start = max(0, min(n, start + n if start < 0 else start))
+    end = max(start, min(n, end + n if end < 0 else end))
+    index = [slice(None)] * len(shape)
+    index[dim] = slice(start, end, step)
+    return tuple(index)
+
+
+@lowering(aten.slice_backward.default)
+def slice_backward(ctx, grad, input_sizes, dim, start, end, step):
+    dim %= len(input_sizes)
+    zeros = jnp.zeros(ctx.shape, ctx.dtype)
+    return zeros.at[_slice_index(ctx.shape, dim, start, end, step)].set(grad.astype(ctx.dtype))
+
+
+@lowering(aten.slice_scatter.default)
+def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    dim %= max(x.ndim, 1)
+    return x.at[_slice_index(x.shape, dim, start, end, step)].set(src.astype(x.dtype))
+
+
+def _select_index(shape, dim, index):
+    dim %= len(shape)
+    index = index + shape[dim] if index < 0 else index
+    where = [slice(None)] * len(shape)
+    where[dim] = index
+    return tuple(where)
+
+
+@lowering(aten.select_backward.default)
+def select_backward(ctx, grad, input_sizes, dim, index):
+    zeros = jnp.zeros(ctx.shape, ctx.dtype)
+    return zeros.at[_select_index(ctx.shape, dim, index)].set(grad.astype(ctx.dtype))
+
+
+@lowering(aten.select_scatter.default)
+def select_scatter(ctx, x, src, dim, index):
+    return x.at[_select_index(x.shape, dim, index)].set(src.astype(x.dtype))
+
+
+@lowering(aten.diagonal_backward.default)
+def diagonal_backward(ctx, grad, input_sizes, offset, dim1, dim2):
+    return diagonal_scatter(ctx, jnp.zeros(ctx.shape, ctx.dtype), grad, offset, dim1, dim2)
+
+
+@lowering(aten.diagonal_scatter.default)
+def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
+    from .core import _positions
+    from .._tensor import contiguous_strides
+
+    # Positions of the diagonal inside x's contiguous layout, as torch's strides say.
+    strides = contiguous_strides(x.shape)
+    dim1, dim2 = dim1 % x.ndim, dim2 % x.ndim
+    start = offset * strides[dim2] if offset >= 0 else -offset * strides[dim1]
+    length = src.shape[-1]
+    rest = [d for d in range(x.ndim) if d not in (dim1, dim2)]
+    size = tuple(x.shape[d] for d in rest) + (length,)
+    stride = tuple(strides[d] for d in rest) + (strides[dim1] + strides[dim2],)
+    flat = x.reshape(-1).at[_positions(size, stride, start)].set(src.astype(x.dtype).reshape(-1))
+    return flat.reshape(x.shape)
