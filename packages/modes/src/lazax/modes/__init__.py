@@ -1,0 +1,47 @@
+"""lazax.modes: the public front-end over the one lazy-tensor machine.
+
+    import lazax.modes as lx
+    dev = lx.device()                 # torch.device("lazax:0")
+    model = Model().to(dev)
+    ...                               # ops are traced, not run
+    lx.sync()                         # one graph: compiled once, cached, run async
+    lx.metrics.counter_value("CachedCompile")
+"""
+
+from lazax import executor as _executor
+
+from . import metrics
+from ._version import __version__
+
+__all__ = ["__version__", "device", "device_count", "metrics", "sync", "sync_tensors"]
+
+
+def device(index: int = 0):
+    """The lazax device ``index`` as a ``torch.device`` (``lazax:<index>``)."""
+    count = device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(
+            f"lazax device index {index} is out of range: this process has {count} "
+            f"device(s) on platform {_executor.EXECUTOR.runtime.platform!r}."
+        )
+    return _executor.device(index)
+
+
+def device_count() -> int:
+    """How many devices the runtime's platform has."""
+    return len(_executor.EXECUTOR.runtime.devices)
+
+
+def sync(wait: bool = False) -> None:
+    """Cut the trace: run every live tensor's pending work as one graph.
+
+    The graph is compiled on first sight of its hash and taken from the cache after.
+    Execution is asynchronous unless ``wait=True``; reading a value (``.item()``,
+    ``.cpu()``, ``print``) waits for it.
+    """
+    _executor.sync(wait=wait)
+
+
+def sync_tensors(tensors, wait: bool = False) -> None:
+    """Run only the pending work that ``tensors`` need."""
+    _executor.sync_tensors_graph(list(tensors), wait=wait)

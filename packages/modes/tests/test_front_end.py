@@ -1,0 +1,42 @@
+"""lazax.modes: the public front-end (device, sync, metrics)."""
+
+import pytest
+import torch
+
+import lazax.modes as lx
+
+
+def test_device_is_the_lazax_device():
+    assert lx.device() == torch.device("lazax:0")
+    assert lx.device_count() >= 1
+    with pytest.raises(RuntimeError, match="out of range"):
+        lx.device(lx.device_count())
+
+
+def test_sync_runs_every_pending_tensor_as_one_graph():
+    a = torch.randn(3, 3).to(lx.device())
+    b = a * 2.0
+    c = torch.exp(a)
+    compiles = (lx.metrics.counter_value("UncachedCompile") or 0) + (
+        lx.metrics.counter_value("CachedCompile") or 0
+    )
+    count_before = (lx.metrics.metric_data("ExecuteTime") or (0,))[0]
+    lx.sync(wait=True)
+    assert lx.metrics.metric_data("ExecuteTime")[0] == count_before + 1
+    after = (lx.metrics.counter_value("UncachedCompile") or 0) + (
+        lx.metrics.counter_value("CachedCompile") or 0
+    )
+    assert after == compiles + 1
+    torch.testing.assert_close(b.cpu(), a.cpu() * 2.0)
+    torch.testing.assert_close(c.cpu(), torch.exp(a.cpu()))
+
+
+def test_metrics_report_and_clear():
+    x = torch.ones(2).to(lx.device())
+    (x + 3.0).cpu()
+    report = lx.metrics.metrics_report()
+    assert "Metric: ExecuteTime" in report and "TransferFromDeviceTime" in report
+    assert "Counter:" in lx.metrics.short_metrics_report()
+    lx.metrics.clear_all()
+    assert lx.metrics.counter_names() == [] and lx.metrics.metric_names() == []
+    assert lx.metrics.counter_value("CachedCompile") is None
