@@ -70,7 +70,14 @@ def _upload(cpu: torch.Tensor) -> LazyTensor:
 def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
     operands: list = []
     slots = plan.slots
-    key = [_scan(a, slots[i] if i < len(slots) else 0, operands) for i, a in enumerate(args)]
+    key = []
+    n_slots = len(slots)
+    for i, a in enumerate(args):
+        if type(a) is LazyTensor:  # the common case, inlined
+            operands.append(a)
+            key.append(a._lz_key)
+        else:
+            key.append(_scan(a, slots[i] if i < n_slots else 0, operands))
     if kwargs:
         kw_slots = plan.kw_slots
         key.append(tuple([(k, _scan(v, kw_slots.get(k, 0), operands)) for k, v in kwargs.items()]))
@@ -83,7 +90,10 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
     j = 0
     for o in operands:
         if type(o) is LazyTensor:
-            values.append(ir_value(o))
+            if o._lz_view is None:
+                values.append(o._lz_storage.value)
+            else:
+                values.append(ir_value(o))
         else:
             name = scalar_dtypes[j]
             j += 1
@@ -109,11 +119,18 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
         storage = args[plan.alias_source]._lz_storage
         made = [new_alias(v, lay, storage) for v, lay in zip(outputs, layouts)]
     else:
-        index = operands[0]._lz_storage.device_index if operands and type(operands[0]) is LazyTensor else 0
-        made = [new_tensor(v, lay, index) for v, lay in zip(outputs, layouts)]
+        first = operands[0] if operands else None
+        index = first._lz_storage.device_index if type(first) is LazyTensor else 0
+        if len(outputs) == 1:
+            made = [new_tensor(node, layouts[0], index)]
+        else:
+            made = [new_tensor(v, lay, index) for v, lay in zip(outputs, layouts)]
     if EXECUTOR.eager:
         apply_eager_sync(made)
-    return _rebuild(info.result, made)
+    result = info.result
+    if result == 0:
+        return made[0]
+    return _rebuild(result, made)
 
 
 def _rebuild(template, made: list):
@@ -185,9 +202,10 @@ def make_handler(func):
 
 
 def dispatch(cls, func, types, args=(), kwargs=None):
-    handler = _HANDLERS.get(func)
+    # Keyed by id: OpOverload.__hash__ is Python code, and overloads live forever.
+    handler = _HANDLERS.get(id(func))
     if handler is None:
-        handler = _HANDLERS[func] = make_handler(func)
+        handler = _HANDLERS[id(func)] = make_handler(func)
     return handler(args, kwargs or {})
 
 

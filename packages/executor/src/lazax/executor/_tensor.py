@@ -177,15 +177,13 @@ class LazyTensor(torch.Tensor):
         )
 
 
+_DEVICES = [torch.device(DEVICE_NAME, i) for i in range(64)]
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+
+
 def new_tensor(value: ir.Value, layout: Layout, device_index: int = 0) -> LazyTensor:
     """A fresh (non-view) tensor whose storage holds ``value``."""
-    t = torch.Tensor._make_wrapper_subclass(
-        LazyTensor,
-        layout.shape,
-        dtype=layout.dtype,
-        device=torch.device(DEVICE_NAME, device_index),
-        requires_grad=False,
-    )
+    t = _make_wrapper(LazyTensor, layout.shape, dtype=layout.dtype, device=_DEVICES[device_index])
     t._lz_storage = Storage(value, device_index)
     t._lz_view = None
     t._lz_value = value
@@ -201,7 +199,7 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
             LazyTensor,
             layout.shape,
             dtype=layout.dtype,
-            device=torch.device(DEVICE_NAME, storage.device_index),
+            device=_DEVICES[storage.device_index],
             requires_grad=False,
         )
     else:
@@ -211,7 +209,7 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
             layout.stride,
             layout.offset,
             dtype=layout.dtype,
-            device=torch.device(DEVICE_NAME, storage.device_index),
+            device=_DEVICES[storage.device_index],
             requires_grad=False,
         )
     t._lz_storage = storage

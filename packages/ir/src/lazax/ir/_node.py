@@ -1,7 +1,8 @@
 """IR nodes, values and tensor specs.
 
 Contract:
-- A ``Node`` is immutable once built: an op name, operand ``Value``s, attributes (values
+- A ``Node`` is immutable once built: an op name, operand values (a ``Node`` is its own
+  output 0; ``Value`` names outputs 1 and up), attributes (values
   accepted by ``stable_hash``) and one ``TensorSpec`` per output.
 - ``node.hash`` is computed once, in the constructor, from the op, the attributes, the
   output specs and the operands' hashes (a Merkle hash), and is the same in every
@@ -84,7 +85,12 @@ def node_base_hash(op: str, attrs: tuple, specs: tuple[TensorSpec, ...]) -> int:
 
 
 class Value:
-    """One output of a node: ``node.outputs[index]``."""
+    """Output ``index`` (>= 1) of a multi-output node.
+
+    Output 0 of every node is the node itself (``Node`` has the same ``node``, ``index``,
+    ``hash`` and ``spec`` fields), so the common single-output op allocates one object
+    and no reference cycle: nodes are freed by reference counting, not the cyclic GC.
+    """
 
     __slots__ = ("node", "index", "hash", "spec")
 
@@ -92,21 +98,23 @@ class Value:
         self.node = node
         self.index = index
         self.spec = spec
-        self.hash = node.hash if index == 0 else hash((node.hash, index))
+        self.hash = hash((node.hash, index))
 
     def __repr__(self) -> str:
         return f"Value({self.node.op}#{self.index}: {self.spec})"
 
 
 class Node:
-    """One IR operation. See the module docstring for the hashing contract."""
+    """One IR operation, and its own output 0. See the module docstring for hashing."""
 
-    __slots__ = ("op", "operands", "attrs", "specs", "hash", "outputs", "data", "__weakref__")
+    __slots__ = ("op", "operands", "attrs", "specs", "hash", "data", "__weakref__")
+
+    index = 0  # as a value, a node is its own output 0
 
     def __init__(
         self,
         op: str,
-        operands: tuple[Value, ...],
+        operands: tuple[Value | Node, ...],
         attrs: tuple = (),
         specs: tuple[TensorSpec, ...] = (),
         base_hash: int | None = None,
@@ -119,11 +127,31 @@ class Node:
         self.data = data
         if base_hash is None:
             base_hash = node_base_hash(op, attrs, specs)
-        self.hash = hash((base_hash, *[v.hash for v in operands])) if operands else base_hash
-        if len(specs) == 1:
-            self.outputs = (Value(self, 0, specs[0]),)
+        n = len(operands)
+        if n == 0:
+            self.hash = base_hash
+        elif n == 1:
+            self.hash = hash((base_hash, operands[0].hash))
+        elif n == 2:
+            self.hash = hash((base_hash, operands[0].hash, operands[1].hash))
         else:
-            self.outputs = tuple([Value(self, i, s) for i, s in enumerate(specs)])
+            self.hash = hash((base_hash, *[v.hash for v in operands]))
+
+    @property
+    def node(self) -> Node:
+        return self
+
+    @property
+    def spec(self) -> TensorSpec:
+        return self.specs[0]
+
+    @property
+    def outputs(self) -> tuple[Node | Value, ...]:
+        """One value per output: the node itself, then ``Value``s (made on each call)."""
+        specs = self.specs
+        if len(specs) == 1:
+            return (self,)
+        return (self,) + tuple([Value(self, i, specs[i]) for i in range(1, len(specs))])
 
     @property
     def is_parameter(self) -> bool:
@@ -137,21 +165,28 @@ class Node:
 _PARAM_BASES: dict[tuple[str, TensorSpec], int] = {}
 
 
-def _parameter(kind: str, spec: TensorSpec, data: Any) -> Value:
+def _parameter(kind: str, spec: TensorSpec, data: Any) -> Node:
     base = _PARAM_BASES.get((kind, spec))
     if base is None:
         base = _PARAM_BASES[(kind, spec)] = node_base_hash(kind, (), (spec,))
-    return Node(kind, (), (), (spec,), base, data).outputs[0]
+    return Node(kind, (), (), (spec,), base, data)
 
 
-def device_data(spec: TensorSpec, data: Any) -> Value:
+def device_data(spec: TensorSpec, data: Any) -> Node:
     """A leaf holding device data (a runtime buffer); hashed by ``spec`` only."""
     return _parameter(DEVICE_DATA, spec, data)
 
 
-def scalar_parameter(dtype: str, value: Any) -> Value:
+def scalar_parameter(dtype: str, value: Any) -> Node:
     """A 0-dim leaf holding a host scalar, fed at run time; hashed by dtype only.
 
     This is how a changing Python scalar (a learning rate) stays out of the graph key.
     """
-    return _parameter(SCALAR, TensorSpec((), dtype), value)
+    cached = _SCALAR_SPECS.get(dtype)
+    if cached is None:
+        spec = TensorSpec((), dtype)
+        cached = _SCALAR_SPECS[dtype] = ((spec,), node_base_hash(SCALAR, (), (spec,)))
+    return Node(SCALAR, (), (), cached[0], cached[1], value)
+
+
+_SCALAR_SPECS: dict[str, tuple] = {}
