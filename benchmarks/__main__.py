@@ -17,8 +17,6 @@ import jax
 import torch
 from tqdm import tqdm
 
-import lazax.modes as lx
-
 from . import micro, training
 from .models import Decoder, DecoderConfig
 
@@ -28,7 +26,9 @@ RUNNERS = {"torch_cpu": training.run_torch_cpu, "lazy": training.run_lazy, "jax"
 
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    p.add_argument("--modes", default="torch_cpu,lazy,jax", help="comma list of " + ",".join(RUNNERS))
+    p.add_argument(
+        "--modes", default="torch_cpu,lazy,jax", help="comma list of " + ",".join(RUNNERS)
+    )
     p.add_argument("--steps", type=int, default=10, help="timed steps per mode")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (the first compiles)")
     p.add_argument("--vocab", type=int, default=1024)
@@ -86,13 +86,16 @@ def main(argv=None) -> int:
 
 
 def format_report(report: dict) -> str:
-    lines = [f"machine: {report['machine']}; device {report['device']}; "
-             f"torch {report['torch']}, jax {report['jax']}"]
+    lines = [
+        f"machine: {report['machine']}; device {report['device']}; "
+        f"torch {report['torch']}, jax {report['jax']}"
+    ]
     if "tracing" in report:
         t = report["tracing"]
         lines.append(
-            f"tracing: {t['lazax_lazy_us_per_op']:.1f} us/op lazy vs {t['torch_cpu_us_per_op']:.1f} "
-            f"us/op torch CPU = {t['ratio']:.2f}x (target <= {t['target_ratio']:.0f}x)"
+            f"tracing: {t['lazax_lazy_us_per_op']:.1f} us/op lazy vs "
+            f"{t['torch_cpu_us_per_op']:.1f} us/op torch CPU = {t['ratio']:.2f}x "
+            f"(target <= {t['target_ratio']:.0f}x)"
         )
         s = report["cached_sync"]
         lines.append(
@@ -101,8 +104,10 @@ def format_report(report: dict) -> str:
             f"(budget {s['budget_us']:.0f} us: {'met' if s['within_budget'] else 'missed'})"
         )
     lines.append("")
-    lines.append(f"{'decoder mode':<12} {'steps/s':>9} {'tokens/s':>10} {'first step':>11} "
-                 f"{'compiles':>9} {'vs jax':>7}")
+    lines.append(
+        f"{'decoder mode':<12} {'steps/s':>9} {'tokens/s':>10} {'first step':>11} "
+        f"{'compiles':>9} {'vs jax':>7}"
+    )
     for mode, r in report["decoder"].items():
         vs = f"{r['vs_jax']:.2f}x" if "vs_jax" in r else "-"
         lines.append(

@@ -41,9 +41,11 @@ def main(argv=None) -> None:
             if step % 5 == 0 or step == args.steps - 1:
                 bar.set_postfix(loss=f"{loss.item():.4f}")
     elapsed = time.perf_counter() - start
-    print(f"final loss {loss.item():.4f}; {args.steps / elapsed:.2f} steps/s over {args.steps} "
-          f"steps (first includes compilation); graphs compiled: "
-          f"{lx.metrics.counter_value('UncachedCompile')}")
+    print(
+        f"final loss {loss.item():.4f}; {args.steps / elapsed:.2f} steps/s over {args.steps} "
+        f"steps (first includes compilation); graphs compiled: "
+        f"{lx.metrics.counter_value('UncachedCompile')}"
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,5 @@ def no_fallback():
     before = {n: lx.metrics.counter_value(n) for n in lx.metrics.counter_names()}
     yield
     after = {n: lx.metrics.counter_value(n) for n in lx.metrics.counter_names()}
-    fell_back = sorted(
-        n for n in after if n.startswith("aten::") and after[n] != before.get(n)
-    )
+    fell_back = sorted(n for n in after if n.startswith("aten::") and after[n] != before.get(n))
     assert not fell_back, f"ops ran through the CPU fallback: {fell_back}"

@@ -103,7 +103,8 @@ _HASH_SCRIPT = """
 from lazax import ir
 s = ir.TensorSpec((2, 3), "bfloat16")
 a, b = ir.device_data(s, None), ir.scalar_parameter("float32", 0.1)
-n = ir.Node("aten::mul.Tensor", (a, b), ((("%", 0), ("%", 1)), (("mode", "floor"), ("x", None))), (s,))
+attrs = ((("%", 0), ("%", 1)), (("mode", "floor"), ("x", None)))
+n = ir.Node("aten::mul.Tensor", (a, b), attrs, (s,))
 print(ir.collect([n.outputs[0]], salt="cpu:1").hash)
 """
 
@@ -113,7 +114,11 @@ def test_hash_is_the_same_in_two_processes():
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         out = subprocess.run(
-            [sys.executable, "-c", _HASH_SCRIPT], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-c", _HASH_SCRIPT],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         outs.add(out.stdout.strip())
     assert len(outs) == 1

@@ -163,7 +163,11 @@ EXECUTOR = GraphExecutor()
 
 # -- host <-> device ---------------------------------------------------------------
 
-_VIEW_AS = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8}
+_VIEW_AS = {
+    torch.bfloat16: torch.int16,
+    torch.float8_e4m3fn: torch.uint8,
+    torch.float8_e5m2: torch.uint8,
+}
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:

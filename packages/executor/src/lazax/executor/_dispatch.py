@@ -187,8 +187,14 @@ def make_handler(func):
         return special
     if _mutates(func):
         first = func._schema.arguments[0]
-        is_out = any(a.kwarg_only and a.alias_info and a.alias_info.is_write for a in func._schema.arguments)
-        functional = None if is_out or not (first.alias_info and first.alias_info.is_write) else _functional_counterpart(func)
+        is_out = any(
+            a.kwarg_only and a.alias_info and a.alias_info.is_write for a in func._schema.arguments
+        )
+        functional = (
+            None
+            if is_out or not (first.alias_info and first.alias_info.is_write)
+            else _functional_counterpart(func)
+        )
         rule = get_lowering(functional) if functional is not None else None
         if rule is None:
             return lambda args, kwargs: fallback(func, args, kwargs)

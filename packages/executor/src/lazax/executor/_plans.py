@@ -188,13 +188,19 @@ class OpPlan:
             for o in outs:
                 layouts.append(
                     Layout(
-                        tuple(o.shape), o.dtype, tuple(o.stride()), o.storage_offset(), storage_shape
+                        tuple(o.shape),
+                        o.dtype,
+                        tuple(o.stride()),
+                        o.storage_offset(),
+                        storage_shape,
                     )
                 )
         else:
             layouts = [Layout(tuple(o.shape), o.dtype) for o in outs]
         base = next((o._lz_key[1] for o in operands if type(o) is LazyTensor), None)
-        base_name = dtype_name(base) if base is not None else (specs[0].dtype if specs else "float32")
+        base_name = (
+            dtype_name(base) if base is not None else (specs[0].dtype if specs else "float32")
+        )
         scalar_dtypes = tuple(
             _scalar_dtype(base_name, type(o)) for o in operands if type(o) is not LazyTensor
         )

@@ -41,6 +41,7 @@ __all__ = [
     "write",
 ]
 
+
 class _PendingStorages:
     """Weak references to storages that were given pending IR since the last sync.
 
@@ -251,7 +252,9 @@ def write(t: LazyTensor, value: ir.Value) -> None:
 def view_gather(base: ir.Value, view: tuple, dtype: str) -> ir.Value:
     size, stride, offset = view
     spec = ir.TensorSpec(size, dtype)
-    return ir.Node("lazax::view_gather", (base,), ((("%", 0), size, stride, offset), ()), (spec,)).outputs[0]
+    return ir.Node(
+        "lazax::view_gather", (base,), ((("%", 0), size, stride, offset), ()), (spec,)
+    ).outputs[0]
 
 
 def view_scatter(base: ir.Value, view: tuple, value: ir.Value) -> ir.Value:

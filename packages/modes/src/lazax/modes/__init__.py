@@ -1,11 +1,11 @@
 """lazax.modes: the public front-end over the one lazy-tensor machine.
 
-    import lazax.modes as lx
-    dev = lx.device()                 # torch.device("lazax:0")
-    model = Model().to(dev)
-    ...                               # ops are traced, not run
-    lx.sync()                         # one graph: compiled once, cached, run async
-    lx.metrics.counter_value("CachedCompile")
+import lazax.modes as lx
+dev = lx.device()                 # torch.device("lazax:0")
+model = Model().to(dev)
+...                               # ops are traced, not run
+lx.sync()                         # one graph: compiled once, cached, run async
+lx.metrics.counter_value("CachedCompile")
 """
 
 from lazax import executor as _executor

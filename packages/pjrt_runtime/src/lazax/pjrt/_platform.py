@@ -42,11 +42,7 @@ def jax_devices(platform: str) -> list:
         devices = jax.devices(platform)
     except RuntimeError as err:
         extra = next((e for b, e in PLATFORMS.values() if b == platform and e), None)
-        hint = (
-            f" Install its plugin with `pip install 'lazax-pjrt[{extra}]'`."
-            if extra
-            else ""
-        )
+        hint = f" Install its plugin with `pip install 'lazax-pjrt[{extra}]'`." if extra else ""
         raise PlatformUnavailableError(
             f"PJRT platform {platform!r} is not available in this process: {err}.{hint}"
         ) from err

@@ -3,16 +3,6 @@
 Importing this package registers every rule (see ``_registry`` for the contract).
 """
 
-from ._registry import (
-    DuplicateLoweringError,
-    Lowering,
-    LoweringContext,
-    get_lowering,
-    lowering,
-    op_name,
-    registered_ops,
-)
-
 # Families register their rules on import.
 from . import (  # noqa: E402,F401
     core,  # copies, conversions, factories, view pseudo-ops
@@ -24,6 +14,15 @@ from . import (  # noqa: E402,F401
     random,  # normal_, uniform_, bernoulli, random_
     reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
     views,  # view ops and reshapes
+)
+from ._registry import (
+    DuplicateLoweringError,
+    Lowering,
+    LoweringContext,
+    get_lowering,
+    lowering,
+    op_name,
+    registered_ops,
 )
 
 __all__ = [

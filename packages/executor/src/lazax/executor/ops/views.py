@@ -177,8 +177,8 @@ def diagonal_backward(ctx, grad, input_sizes, offset, dim1, dim2):
 
 @lowering(aten.diagonal_scatter.default)
 def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
-    from .core import _positions
     from .._tensor import contiguous_strides
+    from .core import _positions
 
     # Positions of the diagonal inside x's contiguous layout, as torch's strides say.
     strides = contiguous_strides(x.shape)
