@@ -21,6 +21,22 @@ from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops 
 register_factories()
 
 
+def _let_optimizers_use_foreach() -> None:
+    # torch.optim picks its foreach (multi-tensor) path only for parameter types in this
+    # private list; without LazyTensor in it every optimizer takes the per-tensor loop:
+    # the same math, but several times the ops to trace per step.
+    try:
+        from torch.optim import optimizer
+    except ImportError:  # pragma: no cover
+        return
+    supported = getattr(optimizer, "_foreach_supported_types", None)
+    if isinstance(supported, list) and LazyTensor not in supported:
+        supported.append(LazyTensor)
+
+
+_let_optimizers_use_foreach()
+
+
 def sync_tensors_graph(tensors, wait: bool = False, sync_ltc_data: bool = True) -> None:
     """Run the pending IR of ``tensors`` as one graph (see ``_barrier``)."""
     EXECUTOR.sync_tensors_graph(list(tensors), wait=wait, sync_ltc_data=sync_ltc_data)

@@ -14,6 +14,7 @@ Contract, per call (the tracing hot path: no device work, no meta kernel on a hi
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from lazax import ir
@@ -22,7 +23,17 @@ from lazax.pjrt import numpy_dtype
 from . import metrics
 from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._device import RNG
-from ._plans import FUNCTIONAL, INPLACE, LIST_SLOT, SCALAR_SLOT, VIEW, OpPlan
+from ._fallback import fallback
+from ._plans import (
+    FALLBACK,
+    FUNCTIONAL,
+    INPLACE,
+    LIST_SLOT,
+    SCALAR_SLOT,
+    VIEW,
+    NeedsFallback,
+    OpPlan,
+)
 from ._tensor import Layout, LazyTensor, ir_value, new_alias, new_tensor, spec_of, write
 from .ops import get_lowering
 
@@ -83,8 +94,13 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
         key.append(tuple([(k, _scan(v, kw_slots.get(k, 0), operands)) for k, v in kwargs.items()]))
     key = tuple(key)
     info = plan.cache.get(key)
-    if info is None:
-        info = plan.infer(key, args, kwargs, operands)
+    if info is None or info is FALLBACK:
+        if info is FALLBACK:
+            return fallback(plan.func, args, kwargs)
+        try:
+            info = plan.infer(key, args, kwargs, operands)
+        except NeedsFallback:
+            return fallback(plan.func, args, kwargs)
     values = []
     scalar_dtypes = info.scalar_dtypes
     j = 0
@@ -100,7 +116,11 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
             np_type = _NP_SCALAR.get(name)
             if np_type is None:
                 np_type = _NP_SCALAR[name] = numpy_dtype(name).type
-            values.append(ir.scalar_parameter(name, np_type(o)))
+            try:
+                scalar = np_type(o)
+            except OverflowError:  # wrap like torch does (uint8 + 300)
+                scalar = np.asarray(o).astype(numpy_dtype(name))[()]
+            values.append(ir.scalar_parameter(name, scalar))
     if plan.random:
         values.append(ir.scalar_parameter("int64", numpy_dtype("int64").type(RNG.next_key())))
     node = ir.Node(info.node_op, tuple(values), info.attrs, info.specs, info.base_hash)
@@ -150,21 +170,63 @@ def apply_eager_sync(tensors) -> None:
 # -- handlers ------------------------------------------------------------------------
 
 
-def _functional_counterpart(func):
+def _is_out(arg) -> bool:
+    return arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write
+
+
+def _signature(func, drop_out: bool) -> tuple:
+    """Argument names and types, without alias annotations (and without out= args)."""
+    return tuple(
+        (a.name, str(a.type), a.kwarg_only)
+        for a in func._schema.arguments
+        if not (drop_out and _is_out(a))
+    )
+
+
+# In-place ops whose functional form has another name.
+_FUNCTIONAL_NAMES = {"normal": ("normal_functional",)}
+
+
+def _functional_counterpart(func, drop_out: bool = False):
+    """The functional overload taking the same arguments: ``add_.Tensor`` ->
+    ``add.Tensor``, ``pow_.Tensor`` -> ``pow.Tensor_Tensor``, ``add.out`` -> ``add.Tensor``.
+    Matching by signature, not by overload name, so that a rule is never fed its
+    arguments in another order (``pow_.Scalar`` is not ``pow.Scalar``)."""
     name = func._schema.name.split("::")[1]
-    base = name[:-1] if name.endswith("_") else None
+    base = name if drop_out else (name[:-1] if name.endswith("_") else None)
     if base is None:
         return None
-    special = {"normal": "normal_functional", "bernoulli": "bernoulli"}
-    packet = getattr(aten, special.get(base, base), None)
-    if packet is None:
-        return None
-    overload = func._overloadname
-    if base == "bernoulli" and overload == "float":
-        overload = "p"
-    if base == "normal":
-        overload = "default"
-    return getattr(packet, overload, None)
+    wanted = _signature(func, drop_out)
+    for packet_name in (base, *_FUNCTIONAL_NAMES.get(base, ())):
+        packet = getattr(aten, packet_name, None)
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            candidate = getattr(packet, overload)
+            if candidate is func or any(_is_out(a) for a in candidate._schema.arguments):
+                continue
+            if _signature(candidate, False) == wanted:
+                return candidate
+    return None
+
+
+def _run_out(func, plan: OpPlan, args: tuple, kwargs: dict):
+    """An ``out=`` overload: the functional rule, then a copy into each out tensor."""
+    from ._special import copy_into
+
+    out_names = [a.name for a in func._schema.arguments if _is_out(a)]
+    outs = [kwargs[n] for n in out_names]
+    result = run_plan(plan, args, {k: v for k, v in kwargs.items() if k not in out_names})
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for out, value in zip(outs, results):
+        if tuple(out.shape) != tuple(value.shape):
+            raise RuntimeError(
+                f"lazax cannot resize the out= tensor of {func.name()} from "
+                f"{list(out.shape)} to {list(value.shape)}; pass an out tensor of the "
+                f"result's shape, or use the functional form."
+            )
+        copy_into(out, value)
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _is_view(func) -> bool:
@@ -179,22 +241,23 @@ def _mutates(func) -> bool:
 
 
 def make_handler(func):
-    from ._fallback import fallback
     from ._special import SPECIAL
 
     special = SPECIAL.get(func)
     if special is not None:
         return special
     if _mutates(func):
-        first = func._schema.arguments[0]
-        is_out = any(
-            a.kwarg_only and a.alias_info and a.alias_info.is_write for a in func._schema.arguments
-        )
-        functional = (
-            None
-            if is_out or not (first.alias_info and first.alias_info.is_write)
-            else _functional_counterpart(func)
-        )
+        arguments = func._schema.arguments
+        first = arguments[0]
+        if any(_is_out(a) for a in arguments):
+            functional = _functional_counterpart(func, drop_out=True)
+            rule = get_lowering(functional) if functional is not None else None
+            if rule is None or _is_view(functional):
+                return lambda args, kwargs: fallback(func, args, kwargs)
+            plan = OpPlan(functional, functional.name(), FUNCTIONAL, rule.random)
+            return lambda args, kwargs: _run_out(func, plan, args, kwargs)
+        inplace_self = first.alias_info is not None and first.alias_info.is_write
+        functional = _functional_counterpart(func) if inplace_self else None
         rule = get_lowering(functional) if functional is not None else None
         if rule is None:
             return lambda args, kwargs: fallback(func, args, kwargs)

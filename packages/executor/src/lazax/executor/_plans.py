@@ -25,7 +25,17 @@ from lazax import ir
 from ._dtypes import dtype_name
 from ._tensor import Layout, LazyTensor
 
-__all__ = ["FUNCTIONAL", "INPLACE", "VIEW", "OpInfo", "OpPlan", "SCALAR_SLOT", "LIST_SLOT"]
+__all__ = [
+    "FALLBACK",
+    "FUNCTIONAL",
+    "INPLACE",
+    "LIST_SLOT",
+    "SCALAR_SLOT",
+    "VIEW",
+    "NeedsFallback",
+    "OpInfo",
+    "OpPlan",
+]
 
 FUNCTIONAL = "functional"
 INPLACE = "inplace"
@@ -37,6 +47,7 @@ LIST_SLOT = 2
 # Python numbers can be lifted in Scalar slots and in Tensor slots (where torch passes
 # "wrapped numbers", as in ``x + 2.5``), never in int/float attribute slots.
 _SCALAR_TYPES = {"number", "Optional[number]", "Tensor", "Optional[Tensor]"}
+_SHAPE_SCALARS = {"arange", "linspace", "logspace", "range"}
 _LOW_PRECISION = {"float16", "bfloat16"}
 _FLOATS = {"float16", "bfloat16", "float32", "float64"}
 
@@ -53,6 +64,13 @@ def _scalar_dtype(base: str, pytype: type) -> str:
     if base == "bool":
         return "int64"
     return base
+
+
+class NeedsFallback(Exception):
+    """This call has no static output spec; run it through the CPU fallback."""
+
+
+FALLBACK = "fallback"  # spec-cache entry for calls that always take the CPU fallback
 
 
 class OpInfo:
@@ -138,8 +156,14 @@ class OpPlan:
         self.random = random
         self.cache: dict[tuple, OpInfo] = {}
         schema = func._schema
-        self.slots = tuple(self._slot(a) for a in schema.arguments if not a.kwarg_only)
-        self.kw_slots = {a.name: self._slot(a) for a in schema.arguments if a.kwarg_only}
+        # Scalars that decide an output's shape (arange's end) must stay in the key.
+        lift = schema.name.split("::")[-1] not in _SHAPE_SCALARS
+        self.slots = tuple(
+            self._slot(a) if lift else 0 for a in schema.arguments if not a.kwarg_only
+        )
+        self.kw_slots = {
+            a.name: self._slot(a) if lift else 0 for a in schema.arguments if a.kwarg_only
+        }
         # For views: the index (among positional args) of the aliased input.
         self.alias_source = 0
         if kind == VIEW:
@@ -166,7 +190,13 @@ class OpPlan:
         try:
             out = self.func(*meta_args, **meta_kwargs)
         except Exception as meta_error:
-            self._raise_cpu_error(args, kwargs)
+            cpu_ran = self._raise_cpu_error(args, kwargs)
+            if cpu_ran or isinstance(meta_error, NotImplementedError):
+                # No static output spec for this call (a data-dependent shape such as
+                # x[mask], or no meta kernel): it runs through the CPU fallback, now
+                # and on every later call with the same key.
+                self.cache[key] = FALLBACK
+                raise NeedsFallback(str(meta_error)) from meta_error
             raise meta_error
         counter = [0]
         args_t = tuple(_template(a, s, counter) for a, s in zip(args, self.slots))
@@ -212,14 +242,17 @@ class OpPlan:
         self.cache[key] = info
         return info
 
-    def _raise_cpu_error(self, args, kwargs) -> None:
+    def _raise_cpu_error(self, args, kwargs) -> bool:
+        """Raise the CPU kernel's error for this call, if it has one; True if the CPU
+        kernel accepted the call, False if the call was too large to try."""
         sizes = [math.prod(a._lz_key[0]) for a in args if type(a) is LazyTensor]
         if sum(sizes) > 1 << 24:
-            return  # too large to reproduce cheaply; the meta error stands
+            return False  # too large to reproduce cheaply
         try:
             self.func(*[_cpu(a) for a in args], **{k: _cpu(v) for k, v in kwargs.items()})
         except Exception as cpu_error:
             raise cpu_error.with_traceback(None) from None
+        return True
 
 
 def _flatten(out: Any) -> tuple[list, Any]:

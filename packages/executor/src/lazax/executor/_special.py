@@ -22,7 +22,7 @@ from ._dtypes import dtype_name
 from ._plans import FUNCTIONAL, OpPlan
 from ._tensor import Layout, LazyTensor, ir_value, new_tensor, write
 
-__all__ = ["SPECIAL", "register_factories"]
+__all__ = ["SPECIAL", "copy_into", "register_factories"]
 
 aten = torch.ops.aten
 
@@ -30,6 +30,11 @@ aten = torch.ops.aten
 def _cast_broadcast(value: ir.Value, shape: tuple, dtype: str) -> ir.Value:
     spec = ir.TensorSpec(shape, dtype)
     return ir.Node("lazax::copy_to", (value,), ((("%", 0), shape, dtype), ()), (spec,)).outputs[0]
+
+
+def copy_into(dst: LazyTensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)`` for a lazax ``dst``: broadcast, cast, write (through views)."""
+    _copy_((dst, src), {})
 
 
 def _copy_(args, kwargs):
@@ -80,7 +85,26 @@ def _local_scalar_dense(args, kwargs):
     return to_cpu(args[0]).item()
 
 
+def _native_batch_norm(args, kwargs):
+    # native_batch_norm updates running_mean/running_var in place although its schema
+    # does not say so; run the functional form and write the new statistics back.
+    x, weight, bias, running_mean, running_var, training, momentum, eps = args
+    if not training:
+        return aten._native_batch_norm_legit_no_training(
+            x, weight, bias, running_mean, running_var, momentum, eps
+        )
+    if running_mean is None or running_var is None:
+        return aten._native_batch_norm_legit.no_stats(x, weight, bias, True, momentum, eps)
+    out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
+        x, weight, bias, running_mean, running_var, True, momentum, eps
+    )
+    copy_into(running_mean, new_mean)
+    copy_into(running_var, new_var)
+    return out, mean, rstd
+
+
 SPECIAL = {
+    aten.native_batch_norm.default: _native_batch_norm,
     aten.copy_.default: _copy_,
     aten._to_copy.default: _to_copy,
     aten._local_scalar_dense.default: _local_scalar_dense,

@@ -1,10 +1,422 @@
-"""indexing lowerings."""
+"""Indexing and layout ops: cat/stack, advanced indexing (index, index_put), index_select,
+gather/scatter (+ reductions), index_add/fill/copy, take, triu/tril, arange, flip,
+roll, repeat, constant_pad_nd, sort, topk, searchsorted/bucketize, diag_embed.
+
+Contract:
+- In aten's index lists ``None`` means "this dimension whole" (a full slice), never a
+  new axis; integer index tensors follow numpy's placement rule, as torch does.
+- Boolean masks in ``index`` have a data-dependent shape: torch's meta kernel cannot
+  size the output, so such calls never reach this rule. ``index_put`` with a single
+  boolean mask (the only tensor index) is lowered as a ``where``; masks mixed with
+  integer index tensors become ``nonzero`` indices sized by those tensors; a mix whose
+  count nothing fixes (several masks alone) raises ``NotImplementedError``.
+- Out-of-range indices are not checked (torch raises; XLA clamps or drops them).
+  Writes with repeated indices and no accumulation keep one of the written values, as
+  torch's CPU kernels promise no order either.
+- ``arange`` scalars other than 0/+-1 arrive as 0-dim parameters: the values are
+  computed from them (``start + step * i``), the length comes from torch's meta kernel.
+"""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import torch
+from jax import lax
 
 from ._registry import lowering
 
 aten = torch.ops.aten
+
+
+def _dim(dim, ndim):
+    return dim % max(ndim, 1)
+
+
+# -- cat / stack -----------------------------------------------------------------------
+
+
+@lowering(aten.cat.default)
+def cat(ctx, tensors, dim=0):
+    # torch skips legacy empty 1-d tensors (shape (0,)) when concatenating n-d ones.
+    kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
+    if not kept:
+        return jnp.zeros(ctx.shape, ctx.dtype)
+    return jnp.concatenate([t.astype(ctx.dtype) for t in kept], _dim(dim, kept[0].ndim))
+
+
+@lowering(aten.stack.default)
+def stack(ctx, tensors, dim=0):
+    return jnp.stack([t.astype(ctx.dtype) for t in tensors], dim % (tensors[0].ndim + 1))
+
+
+# -- advanced indexing -----------------------------------------------------------------
+
+
+def _is_mask(i) -> bool:
+    return i is not None and i.dtype in (jnp.bool_, jnp.uint8)
+
+
+def _key(indices):
+    return tuple(slice(None) if i is None else i for i in indices)
+
+
+@lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index(ctx, x, indices):
+    if any(_is_mask(i) for i in indices):
+        raise NotImplementedError("lazax: boolean-mask indexing has a data-dependent shape")
+    return x[_key(indices)]
+
+
+def _put_mask(x, indices, values, accumulate):
+    """``x[..., mask, ...] = values`` (or ``+=``) with one mask and full slices around."""
+    position = 0  # the first dimension the mask covers
+    mask = None
+    for i in indices:
+        if i is None:
+            position += 1
+        else:
+            mask = i != 0
+            break
+    k = mask.ndim
+    region = x.shape[position : position + k]
+    post = x.ndim - position - k
+    # values line up (from the right) with pre + (K,) + post, K = number of true entries.
+    k_axis = values.ndim - 1 - post
+    if k_axis >= 0 and values.shape[k_axis] != 1:
+        # The j-th true entry (row-major, as nonzero orders them) takes values[j].
+        rank = jnp.cumsum(mask.reshape(-1).astype(jnp.int64)) - 1
+        rank = jnp.maximum(rank, 0).reshape(region)
+        v = jnp.take(values, rank, axis=k_axis)
+    elif k_axis >= 0:
+        v = values.reshape(values.shape[:k_axis] + (1,) * k + values.shape[k_axis + 1 :])
+    else:
+        v = values
+    v = jnp.broadcast_to(v.astype(x.dtype), x.shape)
+    m = mask.reshape((1,) * position + region + (1,) * post)
+    if accumulate:
+        return x + jnp.where(m, v, jnp.zeros((), x.dtype))
+    return jnp.where(m, v, x)
+
+
+def _masks_as_indices(indices):
+    """Masks mixed with integer index tensors, as the integer tensors nonzero() gives.
+
+    The count of true entries is data-dependent; torch requires it to match the other
+    index tensors' (broadcast) last dimension, so that dimension sizes the expansion.
+    """
+    others = [i for i in indices if i is not None and not _is_mask(i)]
+    shape = jnp.broadcast_shapes(*(o.shape for o in others))
+    if not shape or shape[-1] == 1:
+        raise NotImplementedError(
+            "lazax: index_put mixing a boolean mask with index tensors that do not fix "
+            "the number of selected elements"
+        )
+    expanded = []
+    for i in indices:
+        if _is_mask(i):
+            expanded.extend(jnp.nonzero(i != 0, size=shape[-1]))
+        else:
+            expanded.append(i)
+    return expanded
+
+
+@lowering(aten.index_put.default, aten._unsafe_index_put.default)
+def index_put(ctx, x, indices, values, accumulate=False):
+    masks = [i for i in indices if _is_mask(i)]
+    if masks:
+        if len(masks) == 1 and all(i is None or _is_mask(i) for i in indices):
+            return _put_mask(x, indices, values, accumulate)
+        indices = _masks_as_indices(indices)
+    at = x.at[_key(indices)]
+    values = values.astype(x.dtype)
+    return at.add(values) if accumulate else at.set(values)
+
+
+@lowering(aten.index_select.default)
+def index_select(ctx, x, dim, idx):
+    if x.ndim == 0:
+        return jnp.take(x.reshape(1), idx.reshape(-1), axis=0).reshape(ctx.shape)
+    return jnp.take(x, idx.reshape(-1), axis=_dim(dim, x.ndim)).reshape(ctx.shape)
+
+
+@lowering(aten.take.default)
+def take(ctx, x, idx):
+    return jnp.take(x.reshape(-1), idx)
+
+
+def _along(x, dim, idx):
+    """The index tuple that addresses ``x[..., idx, ...]`` along ``dim`` (``idx`` 1-d)."""
+    return (slice(None),) * _dim(dim, x.ndim) + (idx.reshape(-1),)
+
+
+@lowering(aten.index_add.default)
+def index_add(ctx, x, dim, idx, source, *, alpha=1):
+    flat = x.reshape(1) if x.ndim == 0 else x
+    source = source.reshape(1) if source.ndim == 0 else source
+    if not (type(alpha) in (int, float) and alpha == 1):
+        source = source * alpha
+    return flat.at[_along(flat, dim, idx)].add(source.astype(x.dtype)).reshape(ctx.shape)
+
+
+@lowering(aten.index_copy.default)
+def index_copy(ctx, x, dim, idx, source):
+    flat = x.reshape(1) if x.ndim == 0 else x
+    source = source.reshape(1) if source.ndim == 0 else source
+    return flat.at[_along(flat, dim, idx)].set(source.astype(x.dtype)).reshape(ctx.shape)
+
+
+@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(ctx, x, dim, idx, value):
+    flat = x.reshape(1) if x.ndim == 0 else x
+    value = jnp.asarray(value).astype(x.dtype)
+    return flat.at[_along(flat, dim, idx)].set(value).reshape(ctx.shape)
+
+
+# -- gather / scatter ------------------------------------------------------------------
+
+
+def _grid(idx, dim):
+    """Index tuple for gather/scatter: ``idx`` along ``dim``, positions elsewhere."""
+    coords = [lax.broadcasted_iota(jnp.int64, idx.shape, d) for d in range(idx.ndim)]
+    coords[dim] = idx
+    return tuple(coords)
+
+
+def _as_1d(*arrays):
+    return [a.reshape(1) if a.ndim == 0 else a for a in arrays]
+
+
+@lowering(aten.gather.default)
+def gather(ctx, x, dim, idx, sparse_grad=False):
+    x1, idx1 = _as_1d(x, idx)
+    return x1[_grid(idx1, _dim(dim, x1.ndim))].reshape(ctx.shape)
+
+
+def _src(src, idx, dtype):
+    """``src`` cut to ``idx``'s shape (torch only reads that corner), or a scalar."""
+    src = jnp.asarray(src).astype(dtype)
+    if src.ndim == 0:
+        return jnp.broadcast_to(src, idx.shape)
+    return src[tuple(slice(0, n) for n in idx.shape)]
+
+
+_AT = {
+    None: "set",
+    "add": "add",
+    "sum": "add",
+    "multiply": "multiply",
+    "prod": "multiply",
+    "amax": "max",
+    "amin": "min",
+}
+
+
+def _scatter(ctx, x, dim, idx, src, reduce=None, include_self=True):
+    x1, idx1 = _as_1d(x, idx)
+    grid = _grid(idx1, _dim(dim, x1.ndim))
+    src = _src(src, idx1, x.dtype)
+    if not include_self or reduce == "mean":
+        touched = jnp.zeros(x1.shape, jnp.bool_).at[grid].set(True)
+    if reduce == "mean":
+        total = x1 if include_self else jnp.where(touched, jnp.zeros((), x.dtype), x1)
+        total = total.at[grid].add(src)
+        count = jnp.zeros(x1.shape, x.dtype).at[grid].add(jnp.ones((), x.dtype))
+        if include_self:
+            count = count + 1
+        count = jnp.maximum(count, 1)
+        if jnp.issubdtype(x.dtype, jnp.integer):
+            mean = jnp.floor_divide(total, count)
+        else:
+            mean = total / count
+        return jnp.where(touched, mean, x1).reshape(ctx.shape)
+    base = x1
+    if not include_self:
+        # Touched positions start from the reduction's identity instead of self.
+        if reduce in ("sum", "add"):
+            identity = jnp.zeros((), x.dtype)
+        elif reduce in ("prod", "multiply"):
+            identity = jnp.ones((), x.dtype)
+        elif jnp.issubdtype(x.dtype, jnp.floating):
+            identity = jnp.asarray(-jnp.inf if reduce == "amax" else jnp.inf, x.dtype)
+        else:
+            info = jnp.iinfo(x.dtype) if x.dtype != jnp.bool_ else None
+            if info is None:
+                identity = jnp.asarray(reduce == "amin", x.dtype)
+            else:
+                identity = jnp.asarray(info.min if reduce == "amax" else info.max, x.dtype)
+        base = jnp.where(touched, identity, x1)
+    return getattr(base.at[grid], _AT[reduce])(src).reshape(ctx.shape)
+
+
+@lowering(aten.scatter.src, aten.scatter.value)
+def scatter(ctx, x, dim, idx, src):
+    return _scatter(ctx, x, dim, idx, src)
+
+
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_reduce_legacy(ctx, x, dim, idx, src, *, reduce):
+    return _scatter(ctx, x, dim, idx, src, reduce)
+
+
+@lowering(aten.scatter_add.default)
+def scatter_add(ctx, x, dim, idx, src):
+    return _scatter(ctx, x, dim, idx, src, "add")
+
+
+@lowering(aten.scatter_reduce.two)
+def scatter_reduce(ctx, x, dim, idx, src, reduce, *, include_self=True):
+    return _scatter(ctx, x, dim, idx, src, reduce, include_self)
+
+
+# -- shapes and factories --------------------------------------------------------------
+
+
+@lowering(aten.triu.default)
+def triu(ctx, x, diagonal=0):
+    return jnp.triu(x, diagonal)
+
+
+@lowering(aten.tril.default)
+def tril(ctx, x, diagonal=0):
+    return jnp.tril(x, diagonal)
+
+
+def _arange(ctx, start, step):
+    dtype = jnp.dtype(ctx.dtype)
+    exact = jnp.issubdtype(dtype, jnp.integer) and all(
+        isinstance(v, int) or jnp.issubdtype(jnp.asarray(v).dtype, jnp.integer)
+        for v in (start, step)
+    )
+    if exact:
+        compute = jnp.int64
+    elif dtype == jnp.float64:
+        compute = jnp.float64
+    else:
+        compute = jnp.float32
+    i = lax.iota(compute, ctx.shape[0])
+    return jnp.asarray(start).astype(compute) + jnp.asarray(step).astype(compute) * i
+
+
+@lowering(aten.arange.default)
+def arange(ctx, end, **kwargs):
+    return _arange(ctx, 0, 1)
+
+
+@lowering(aten.arange.start)
+def arange_start(ctx, start, end, **kwargs):
+    return _arange(ctx, start, 1)
+
+
+@lowering(aten.arange.start_step)
+def arange_start_step(ctx, start, end, step=1, **kwargs):
+    return _arange(ctx, start, step)
+
+
+@lowering(aten.flip.default)
+def flip(ctx, x, dims):
+    if x.ndim == 0:
+        return x
+    return jnp.flip(x, tuple(_dim(d, x.ndim) for d in dims))
+
+
+@lowering(aten.roll.default)
+def roll(ctx, x, shifts, dims=()):
+    if x.ndim == 0:
+        return x
+    if not dims:
+        return jnp.roll(x.reshape(-1), shifts[0]).reshape(x.shape)
+    return jnp.roll(x, tuple(shifts), tuple(_dim(d, x.ndim) for d in dims))
+
+
+@lowering(aten.repeat.default)
+def repeat(ctx, x, repeats):
+    lead = len(repeats) - x.ndim
+    return jnp.tile(x.reshape((1,) * lead + x.shape), tuple(repeats))
+
+
+@lowering(aten.constant_pad_nd.default)
+def constant_pad_nd(ctx, x, pad, value=0):
+    config = [(0, 0, 0)] * x.ndim
+    # pad lists (low, high) pairs from the last dimension backwards; negative crops.
+    for j in range(len(pad) // 2):
+        config[x.ndim - 1 - j] = (pad[2 * j], pad[2 * j + 1], 0)
+    return lax.pad(x, jnp.asarray(value).astype(x.dtype), config)
+
+
+# -- sort / topk -----------------------------------------------------------------------
+
+
+def _sort(ctx, x, dim, descending):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    axis = _dim(dim, x.ndim)
+    # Stable, so ties keep their order as in torch's CPU sort; NaN sorts as the largest.
+    order = jnp.argsort(x, axis=axis, stable=True, descending=descending)
+    return jnp.take_along_axis(x, order, axis=axis), order
+
+
+@lowering(aten.sort.default)
+def sort(ctx, x, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)
+
+
+@lowering(aten.sort.stable)
+def sort_stable(ctx, x, *, stable=None, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)
+
+
+@lowering(aten.topk.default)
+def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    axis = _dim(dim, x.ndim)
+    moved = jnp.moveaxis(x, axis, -1)
+    if largest and jnp.issubdtype(x.dtype, jnp.floating):
+        _, order = lax.top_k(moved, k)
+    elif not largest and jnp.issubdtype(x.dtype, jnp.floating):
+        _, order = lax.top_k(-moved, k)
+    else:
+        order = jnp.argsort(moved, axis=-1, stable=True, descending=largest)[..., :k]
+    values = jnp.take_along_axis(moved, order, axis=-1)
+    return jnp.moveaxis(values, -1, axis), jnp.moveaxis(order.astype(jnp.int64), -1, axis)
+
+
+# -- searchsorted / bucketize / diag_embed ---------------------------------------------
+
+
+def _searchsorted(seq, values, right, sorter=None):
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, axis=-1)
+    values = jnp.asarray(values)
+    side = "right" if right else "left"
+    if seq.ndim == 1:
+        return jnp.searchsorted(seq, values, side=side)
+    # One sorted row per leading index of values (torch's batched form).
+    rows = seq.reshape(-1, seq.shape[-1])
+    found = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(
+        rows, values.reshape(rows.shape[0], -1)
+    )
+    return found.reshape(values.shape)
+
+
+@lowering(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(ctx, seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    return _searchsorted(seq, values, right or side == "right", sorter)
+
+
+@lowering(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(ctx, values, boundaries, *, out_int32=False, right=False):
+    return _searchsorted(boundaries, values, right)
+
+
+@lowering(aten.diag_embed.default)
+def diag_embed(ctx, x, offset=0, dim1=-2, dim2=-1):
+    n = x.shape[-1]
+    square = x[..., :, None] * jnp.eye(n, dtype=x.dtype)
+    k = abs(offset)
+    # Shift the diagonal by padding: above it (offset > 0) or below it.
+    pads = [(0, k), (k, 0)] if offset >= 0 else [(k, 0), (0, k)]
+    square = jnp.pad(square, [(0, 0)] * (x.ndim - 1) + pads)
+    ndim = x.ndim + 1
+    return jnp.moveaxis(square, (-2, -1), (dim1 % ndim, dim2 % ndim))

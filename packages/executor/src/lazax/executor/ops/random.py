@@ -1,10 +1,166 @@
-"""random lowerings."""
+"""Random ops: the functional forms of the in-place samplers (``normal_``, ``uniform_``,
+``bernoulli_``, ``random_``, ``exponential_``, ``geometric_``, ``log_normal_``,
+``cauchy_``), ``normal`` with tensor parameters, ``bernoulli``, ``multinomial``, and
+dropout (``native_dropout`` and its backward).
+
+Contract: every rule registered with ``random=True`` draws from ``ctx.key`` only, a
+fresh key per call derived from lazax's device RNG (so ``torch.manual_seed`` makes
+results repeat, and two calls differ). Streams are not torch's: only distributions
+match. The sampler's first tensor argument gives the output's shape and dtype (torch's
+meta kernel already says so in ``ctx.out``); float16/bfloat16 samples are drawn in
+float32 and rounded. ``native_dropout`` returns ``(input * mask / (1 - p), mask)`` with a
+bool mask, and all-ones/identity outside training, as torch's kernel does.
+"""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import torch
 
 from ._registry import lowering
 
 aten = torch.ops.aten
+
+
+def _float(dtype):
+    dtype = jnp.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4:
+        return jnp.dtype(jnp.float32)
+    if not (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating)):
+        return jnp.dtype(jnp.float32)
+    return dtype
+
+
+def _uniform(ctx, low=0.0, high=1.0):
+    dtype = _float(ctx.dtype)
+    return jax.random.uniform(ctx.key, ctx.shape, dtype, low, high)
+
+
+@lowering(aten.normal_functional.default, random=True)
+def normal(ctx, x, mean=0.0, std=1.0, *, generator=None):
+    return jax.random.normal(ctx.key, ctx.shape, _float(ctx.dtype)) * std + mean
+
+
+@lowering(
+    aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, random=True
+)
+def normal_tensor(ctx, mean, std=1.0, *, generator=None):
+    noise = jax.random.normal(ctx.key, ctx.shape, _float(ctx.dtype))
+    return jnp.asarray(mean) + jnp.asarray(std) * noise
+
+
+@lowering(aten.uniform.default, random=True)
+def uniform(ctx, x, low=0.0, high=1.0, *, generator=None):
+    return _uniform(ctx, low, high)
+
+
+@lowering(aten.bernoulli.p, random=True)
+def bernoulli_p(ctx, x, p=0.5, *, generator=None):
+    return _uniform(ctx) < p
+
+
+@lowering(aten.bernoulli.default, random=True)
+def bernoulli(ctx, probs, *, generator=None):
+    return _uniform(ctx) < probs
+
+
+@lowering(aten.bernoulli.Tensor, random=True)
+def bernoulli_tensor(ctx, x, p, *, generator=None):
+    return _uniform(ctx) < p
+
+
+# Mantissa digits + 1: random_() on a float tensor draws integers in [0, 2**digits].
+_FLOAT_DIGITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+
+
+def _randint(ctx, low, high):
+    """Integers in [low, high), then converted to the output dtype."""
+    return jax.random.randint(ctx.key, ctx.shape, low, high, dtype=jnp.int64)
+
+
+def _dtype_top(dtype) -> int:
+    """One past the largest value random_() may draw for ``dtype`` (inclusive bound + 1)."""
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.bool_:
+        return 2
+    if dtype.name in _FLOAT_DIGITS:
+        return 2 ** _FLOAT_DIGITS[dtype.name] + 1
+    # int64's max + 1 does not fit in int64: that one value is never drawn.
+    return min(int(jnp.iinfo(dtype).max) + 1, 2**63 - 1)
+
+
+@lowering(aten.random.default, random=True)
+def random_default(ctx, x, *, generator=None):
+    return _randint(ctx, 0, _dtype_top(ctx.dtype))
+
+
+@lowering(aten.random.to, random=True)
+def random_to(ctx, x, to, *, generator=None):
+    return _randint(ctx, 0, to)
+
+
+@lowering("aten::random.from", random=True)  # `from` is a Python keyword
+def random_from(ctx, x, low, high=None, *, generator=None):
+    return _randint(ctx, low, _dtype_top(ctx.dtype) if high is None else high)
+
+
+@lowering(aten.exponential.default, random=True)
+def exponential(ctx, x, lambd=1.0, *, generator=None):
+    return jax.random.exponential(ctx.key, ctx.shape, _float(ctx.dtype)) / lambd
+
+
+@lowering(aten.geometric.default, random=True)
+def geometric(ctx, x, p, *, generator=None):
+    # Number of Bernoulli(p) trials up to the first success: support {1, 2, ...}.
+    dtype = _float(ctx.dtype)
+    u = jax.random.uniform(ctx.key, ctx.shape, dtype, minval=jnp.finfo(dtype).tiny)
+    return jnp.maximum(jnp.ceil(jnp.log(u) / jnp.log1p(-p)), 1)
+
+
+@lowering(aten.log_normal.default, random=True)
+def log_normal(ctx, x, mean=1.0, std=2.0, *, generator=None):
+    return jnp.exp(jax.random.normal(ctx.key, ctx.shape, _float(ctx.dtype)) * std + mean)
+
+
+@lowering(aten.cauchy.default, random=True)
+def cauchy(ctx, x, median=0.0, sigma=1.0, *, generator=None):
+    return median + sigma * jax.random.cauchy(ctx.key, ctx.shape, _float(ctx.dtype))
+
+
+@lowering(aten.multinomial.default, random=True)
+def multinomial(ctx, probs, num_samples, replacement=False, *, generator=None):
+    logits = jnp.log(probs.astype(_float(probs.dtype)))
+    if replacement:
+        batch = logits.shape[:-1]
+        draws = jax.random.categorical(ctx.key, logits, axis=-1, shape=(num_samples,) + batch)
+        return jnp.moveaxis(draws, 0, -1)
+    # Without replacement: the top k of logits + Gumbel noise is a draw of k categories
+    # in order, each chosen with its probability among those not yet drawn.
+    gumbel = jax.random.gumbel(ctx.key, logits.shape, logits.dtype)
+    _, order = jax.lax.top_k(logits + gumbel, num_samples)
+    return order
+
+
+# -- dropout ---------------------------------------------------------------------------
+
+
+@lowering(aten.native_dropout.default, random=True)
+def native_dropout(ctx, x, p, train):
+    if train is False:
+        return x, jnp.ones(x.shape, jnp.bool_)
+    keep_p = 1.0 - p
+    scale = 0.0 if keep_p == 0 else 1.0 / keep_p
+    acc = _float(x.dtype)
+    keep = jax.random.uniform(ctx.key, x.shape, jnp.float32) < keep_p
+    # torch multiplies by the mask, then by the scale rounded to the compute type.
+    out = x.astype(acc) * keep.astype(acc) * jnp.asarray(scale, acc)
+    return out, keep
+
+
+@lowering(aten.native_dropout_backward.default)
+def native_dropout_backward(ctx, grad, mask, scale):
+    acc = _float(grad.dtype)
+    # torch: grad * (mask.type_as(grad) * scale), the factor rounded to grad's dtype.
+    factor = (mask.astype(acc) * jnp.asarray(scale, acc)).astype(grad.dtype)
+    return grad.astype(acc) * factor.astype(acc)
