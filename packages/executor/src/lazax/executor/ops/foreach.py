@@ -1,7 +1,7 @@
 """The functional ``_foreach_*`` lowerings (what torch.optim's foreach paths call).
 
 Contract: a ``_foreach_*`` rule returns a list with one array per tensor of ``self``.
-Item ``i`` is computed by the elementwise rule for the same math (``elementwise``),
+Item ``i`` is computed by the rule for the same math (``elementwise``, ``unary``),
 called with a per-item context ``LoweringContext(out=(ctx.out[i],))`` and the item's
 arguments: element ``i`` of every list argument (tensors, or Scalar lists whose
 entries are lifted 0-dim arrays or Python 0/+-1), and the shared arguments as they
@@ -18,7 +18,9 @@ import numpy as np
 import torch
 
 from . import elementwise as ew
+from ._promotion import opmath, to_dtype
 from ._registry import LoweringContext, lowering
+from .unary import UNARY
 
 aten = torch.ops.aten
 
@@ -82,7 +84,7 @@ for _name in (
     "abs acos asin atan ceil cos cosh erf erfc exp expm1 floor frac log log10 log1p log2 "
     "neg reciprocal round rsqrt sigmoid sign sin sinh sqrt tan tanh trunc"
 ).split():
-    _foreach(getattr(aten, f"_foreach_{_name}").default, ew.UNARY[_name])
+    _foreach(getattr(aten, f"_foreach_{_name}").default, UNARY[_name])
 
 
 def _zero(ctx, self):
@@ -112,7 +114,7 @@ def _vector_norm(ctx, self, ord=2, dtype=None):
     A Python ``ord`` picks one formula; a lifted one is only known at run time, so
     every formula is computed and the right one selected (the reductions share one
     pass over the data once fused)."""
-    dt = ew.opmath(np.dtype(dtype) if dtype is not None else self.dtype)
+    dt = opmath(np.dtype(dtype) if dtype is not None else self.dtype)
     a = jnp.abs(self.astype(dt)).reshape(-1)
     if a.dtype != dt:  # complex input: |x| is real
         dt = a.dtype
@@ -127,7 +129,7 @@ def _vector_norm(ctx, self, ord=2, dtype=None):
         form = forms.get(float(ord))
         if form is not None:
             return form()
-        p = ew.to_dtype(ord, dt)
+        p = to_dtype(ord, dt)
         return jnp.sum(a**p) ** (1 / p)
     p = ord.astype(dt)
     safe_p = jnp.where(jnp.isinf(p) | (p == 0), 1, p)
