@@ -5,14 +5,19 @@ Importing this package registers every rule (see ``_registry`` for the contract)
 
 # Families register their rules on import.
 from . import (  # noqa: E402,F401
+    activations,  # relu, gelu, silu, elu, softplus, hard*, threshold (+ backward)
+    conv,  # convolution (+ transposed), reflection/replication padding, pixel shuffle
     core,  # copies, conversions, factories, view pseudo-ops
-    elementwise,  # unary/binary math, comparisons, where, clamp, activations (+ backward)
+    elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
     foreach,  # the _foreach_* ops optimizers use
     indexing,  # cat/stack, index/index_put, gather/scatter, triu/tril, arange, masks
     linalg,  # mm, bmm, addmm, baddbmm, dot
-    nn,  # softmax, layer norm, embedding, losses, dropout (+ backward)
+    losses,  # nll, mse, binary cross entropy, smooth L1/Huber (+ backward)
+    nn,  # softmax, layer/group/batch norm, embedding (+ backward)
+    pooling,  # max/avg/adaptive pooling, upsampling (+ backward)
     random,  # normal_, uniform_, bernoulli, random_
     reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
+    unary,  # exp/log, trig, sigmoid, erf, sign, rounding, logit, isnan/isinf
     views,  # view ops and reshapes
 )
 from ._registry import (
