@@ -14,73 +14,116 @@ O(nodes + edges); it is on the cached-sync hot path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from ._node import Node, Value
+from ._node import DEVICE_DATA, SCALAR, Node, Value
 from ._stable import stable_hash
 
 __all__ = ["Graph", "collect", "dump", "post_order"]
 
+_PARAMETER_OPS = frozenset((DEVICE_DATA, SCALAR))
 
-@dataclass(frozen=True, slots=True)
+
 class Graph:
-    roots: tuple[Value, ...]
-    nodes: list[Node]
-    parameters: list[Node]
-    hash: int
+    """The result of ``collect``: roots, parameters, hash, and (on demand) post-order."""
+
+    __slots__ = ("roots", "parameters", "hash", "_nodes")
+
+    def __init__(self, roots: tuple, parameters: list[Node], key: int) -> None:
+        self.roots = roots
+        self.parameters = parameters
+        self.hash = key
+        self._nodes: list[Node] | None = None
+
+    @property
+    def nodes(self) -> list[Node]:
+        """Every reachable node, operands first, each once (computed on first use: a
+        cache hit never needs it)."""
+        if self._nodes is None:
+            self._nodes = post_order(self.roots)
+        return self._nodes
+
+
+_NEW_NODE = -(1 << 40)  # edge signature entry: the edge reaches a node seen first here
 
 
 def collect(roots: Sequence[Value], salt: object = None) -> Graph:
-    """Walk the graph under ``roots`` (see the module docstring)."""
+    """Walk the graph under ``roots`` once (see the module docstring).
+
+    The walk is breadth-first over a list that grows as it is read: one dict lookup per
+    edge and nothing else allocated, since this loop is most of a cached sync's cost.
+    Its edge signature records, per edge, whether the target is new (and if it is a
+    parameter, which one) or which earlier node it is; with the roots' Merkle hashes
+    that fixes the graph, sharing included.
+    """
     position: dict[int, int] = {}
-    nodes: list[Node] = []
+    order: list[Node] = []
     parameters: list[Node] = []
-    # Edge signature: for each edge to an already-placed node, that node's position;
-    # for each first visit of a parameter, its parameter index (negative).
-    shape_sig: list[int] = []
+    sig: list[int] = []
+    add_sig = sig.append
+    get_position = position.get
     for root in roots:
-        top = root.node
-        if id(top) in position:
-            shape_sig.append(position[id(top)])
+        top = root if type(root) is Node else root.node
+        placed = get_position(id(top))
+        if placed is not None:
+            add_sig(placed)
             continue
-        stack: list[tuple[Node, int]] = [(top, 0)]
-        while stack:
-            node, next_operand = stack[-1]
-            operands = node.operands
-            if next_operand < len(operands):
-                stack[-1] = (node, next_operand + 1)
-                child = operands[next_operand].node
-                placed = position.get(id(child))
-                if placed is not None:
-                    shape_sig.append(placed)
-                elif child.operands:
-                    stack.append((child, 0))
-                else:
-                    position[id(child)] = len(nodes)
-                    nodes.append(child)
-                    if child.is_parameter:
-                        shape_sig.append(-1 - len(parameters))
-                        parameters.append(child)
+        position[id(top)] = len(order)
+        order.append(top)
+        if not top.operands and top.op in _PARAMETER_OPS:
+            parameters.append(top)
+    for node in order:  # grows while it is read
+        for value in node.operands:
+            child = value if type(value) is Node else value.node
+            placed = get_position(id(child))
+            if placed is not None:
+                add_sig(placed)
                 continue
-            stack.pop()
-            position[id(node)] = len(nodes)
-            nodes.append(node)
-            if not operands and node.is_parameter:
-                shape_sig.append(-1 - len(parameters))
-                parameters.append(node)
+            position[id(child)] = len(order)
+            order.append(child)
+            if not child.operands and child.op in _PARAMETER_OPS:
+                add_sig(-1 - len(parameters))
+                parameters.append(child)
+            else:
+                add_sig(_NEW_NODE)
     key = hash(
         (
             tuple([(r.hash, r.index) for r in roots]),
-            tuple(shape_sig),
+            tuple(sig),
             stable_hash(salt) if salt is not None else 0,
         )
     )
-    return Graph(tuple(roots), nodes, parameters, key)
+    return Graph(tuple(roots), parameters, key)
 
 
 def post_order(roots: Sequence[Value]) -> list[Node]:
-    """Every node reachable from ``roots``, operands first, each once."""
-    return collect(roots).nodes
+    """Every node reachable from ``roots``, operands first, each once (iterative DFS:
+    deep graphs do not hit the recursion limit)."""
+    placed: set[int] = set()
+    nodes: list[Node] = []
+    for root in roots:
+        top = root if type(root) is Node else root.node
+        if id(top) in placed:
+            continue
+        stack = [top]
+        iters = [iter(top.operands)]
+        while iters:
+            for value in iters[-1]:
+                child = value if type(value) is Node else value.node
+                if id(child) in placed:
+                    continue
+                if child.operands:
+                    stack.append(child)
+                    iters.append(iter(child.operands))
+                    break
+                placed.add(id(child))
+                nodes.append(child)
+            else:
+                iters.pop()
+                node = stack.pop()
+                if id(node) not in placed:
+                    placed.add(id(node))
+                    nodes.append(node)
+    return nodes
 
 
 def _fmt_value(value: object, operands: list[str]) -> str:
