@@ -14,7 +14,8 @@ Contract of ``GraphExecutor.sync_tensors_graph(tensors, wait, sync_ltc_data)``:
    IR is dropped. A failed lowering, compile or execution raises before step 6, so every
    tensor keeps the value it had and can still be read.
 ``wait=True`` blocks until the results are ready. ``sync_ltc_data=False`` (eager mode's
-per-op sync) syncs only the given tensors' own values, never their whole storages.
+per-op sync) leaves the views of a synced storage holding their IR (it does not bump
+the storage version), which is all an op's fresh outputs need.
 ``sync()`` syncs every live storage with pending IR in one graph.
 """
 
@@ -76,7 +77,7 @@ class GraphExecutor:
         seen: set[int] = set()
         for t in tensors:
             storage = t._lz_storage
-            if t._lz_view is None and sync_ltc_data:
+            if t._lz_view is None:
                 if storage.pending and id(storage) not in seen:
                     seen.add(id(storage))
                     roots.append(storage.value)
@@ -92,9 +93,10 @@ class GraphExecutor:
             for target, value in zip(targets, results):
                 if type(target) is Storage:
                     target.value = value
-                    # Views re-read from the materialised base rather than keep the old
-                    # graph alive (and recompute it).
-                    target.version += 1
+                    if sync_ltc_data:
+                        # Views re-read from the materialised base rather than keep
+                        # the old graph alive (and recompute it).
+                        target.version += 1
                 else:
                     target._lz_value = value
         if wait:
