@@ -102,6 +102,21 @@ class GraphExecutor:
         if wait:
             self.wait(tensors)
 
+    def sync_storages(self, storages) -> None:
+        """Run the pending IR of these storages as one graph (an eager in-place write:
+        the base is what changed, whether the write went through a view or not)."""
+        seen: set[int] = set()
+        pending = []
+        for s in storages:
+            if s.pending and id(s) not in seen:
+                seen.add(id(s))
+                pending.append(s)
+        if pending:
+            results = self.run_graph([s.value for s in pending])
+            for storage, value in zip(pending, results):
+                storage.value = value
+                storage.version += 1
+
     def sync(self, wait: bool = False) -> None:
         """Sync every live tensor with pending IR, as one graph."""
         storages = PENDING.take()

@@ -132,7 +132,7 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
         for t, v in zip(targets, outputs):
             write(t, v)
         if EXECUTOR.eager:
-            apply_eager_sync(targets)
+            EXECUTOR.sync_storages([t._lz_storage for t in targets])
         return target if plan.returns_self else None
     layouts = info.layouts
     if kind == VIEW:

@@ -16,7 +16,7 @@ import torch
 
 from lazax import ir
 
-from ._barrier import from_cpu, to_cpu
+from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._dispatch import run_plan
 from ._dtypes import dtype_name
 from ._plans import FUNCTIONAL, OpPlan
@@ -58,10 +58,8 @@ def _copy_(args, kwargs):
     if value.spec != ir.TensorSpec(shape, dtype):
         value = _cast_broadcast(value, shape, dtype)
     write(dst, value)
-    from ._barrier import EXECUTOR
-
     if EXECUTOR.eager:
-        EXECUTOR.sync_tensors_graph([dst], wait=False, sync_ltc_data=False)
+        EXECUTOR.sync_storages([dst._lz_storage])
     return dst
 
 
@@ -88,19 +86,32 @@ def _local_scalar_dense(args, kwargs):
 def _native_batch_norm(args, kwargs):
     # native_batch_norm updates running_mean/running_var in place although its schema
     # does not say so; run the functional form and write the new statistics back.
-    x, weight, bias, running_mean, running_var, training, momentum, eps = args
+    # In eager mode the whole op (output, statistics, running stats) is one sync.
+    eager = EXECUTOR.eager
+    EXECUTOR.eager = False
+    try:
+        outs, written = _batch_norm_lazily(*args)
+    finally:
+        EXECUTOR.eager = eager
+    if eager:
+        EXECUTOR.sync_tensors_graph([*outs, *written], wait=False, sync_ltc_data=False)
+    return outs
+
+
+def _batch_norm_lazily(x, weight, bias, running_mean, running_var, training, momentum, eps):
     if not training:
-        return aten._native_batch_norm_legit_no_training(
+        outs = aten._native_batch_norm_legit_no_training(
             x, weight, bias, running_mean, running_var, momentum, eps
         )
+        return outs, []
     if running_mean is None or running_var is None:
-        return aten._native_batch_norm_legit.no_stats(x, weight, bias, True, momentum, eps)
+        return aten._native_batch_norm_legit.no_stats(x, weight, bias, True, momentum, eps), []
     out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
         x, weight, bias, running_mean, running_var, True, momentum, eps
     )
     copy_into(running_mean, new_mean)
     copy_into(running_var, new_var)
-    return out, mean, rstd
+    return (out, mean, rstd), [running_mean, running_var]
 
 
 SPECIAL = {

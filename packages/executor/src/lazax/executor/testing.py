@@ -8,17 +8,33 @@
 - ``check_against_cpu(fn, *args, **tolerances)``: ``fn`` on lazax copies of ``args``
   matches ``fn`` on the CPU (``torch.testing.assert_close``, dtypes included, NaNs
   equal), with no CPU fallback; returns the lazax result on the CPU.
+- ``deferred_check(fn, *args, **tolerances)``: the same comparison, kept for later:
+  runs ``fn`` on clones of ``args`` (so an in-place ``fn`` leaves them intact) and on
+  lazax copies, and keeps the lazax result unsynced. It does not watch the CPU fallback
+  (wrap it in ``no_cpu_fallback()`` for that).
+- ``comparing_deferred_checks()``: a context manager that forgets the checks deferred
+  before it; on a clean exit it runs the lazax results of those deferred in its body as
+  one graph, then compares each as ``check_against_cpu`` does, a failure naming the
+  line of its ``deferred_check`` call; with none deferred it does nothing.
 """
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 
 import torch
 
-from . import metrics
+from . import metrics, sync_tensors_graph
 
-__all__ = ["check_against_cpu", "fallback_counts", "no_cpu_fallback", "to_device"]
+__all__ = [
+    "check_against_cpu",
+    "comparing_deferred_checks",
+    "deferred_check",
+    "fallback_counts",
+    "no_cpu_fallback",
+    "to_device",
+]
 
 
 def fallback_counts() -> dict[str, int]:
@@ -39,12 +55,26 @@ def no_cpu_fallback():
         raise AssertionError(f"ops ran through the CPU fallback: {fell_back}")
 
 
-def to_device(value, device):
+def _map_tensors(fn, value):
+    """``fn`` applied to the tensors in ``value``, also inside lists and tuples."""
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return fn(value)
     if isinstance(value, (list, tuple)):
-        return type(value)(to_device(v, device) for v in value)
+        return type(value)(_map_tensors(fn, v) for v in value)
     return value
+
+
+def _tensors_in(value) -> list[torch.Tensor]:
+    """The tensors in ``value``, also inside lists and tuples, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_in(v)]
+    return []
+
+
+def to_device(value, device):
+    return _map_tensors(lambda t: t.to(device), value)
 
 
 def check_against_cpu(fn, *args, **tolerances):
@@ -53,3 +83,31 @@ def check_against_cpu(fn, *args, **tolerances):
         got = to_device(fn(*to_device(args, "lazax")), "cpu")
     torch.testing.assert_close(got, expected, equal_nan=True, **tolerances)
     return got
+
+
+_DEFERRED: list = []  # (line of the deferred_check call, lazax result, CPU result, tolerances)
+
+
+def deferred_check(fn, *args, **tolerances) -> None:
+    expected = fn(*_map_tensors(lambda t: t.clone(), list(args)))
+    got = fn(*to_device(list(args), "lazax"))
+    _DEFERRED.append((sys._getframe(1).f_lineno, got, expected, tolerances))
+
+
+@contextmanager
+def comparing_deferred_checks():
+    _DEFERRED.clear()
+    yield
+    pending = list(_DEFERRED)
+    _DEFERRED.clear()
+    if not pending:
+        return
+    sync_tensors_graph(_tensors_in([got for _, got, _, _ in pending]), wait=True)
+    for line, got, expected, tolerances in pending:
+        torch.testing.assert_close(
+            to_device(got, "cpu"),
+            expected,
+            equal_nan=True,
+            msg=lambda m, line=line: f"check at line {line}: {m}",
+            **tolerances,
+        )

@@ -11,9 +11,20 @@ lx.metrics.counter_value("CachedCompile")
 from lazax import executor as _executor
 
 from . import metrics
+from ._eager import eager_mode, eager_mode_context, is_eager_mode
 from ._version import __version__
 
-__all__ = ["__version__", "device", "device_count", "metrics", "sync", "sync_tensors"]
+__all__ = [
+    "__version__",
+    "device",
+    "device_count",
+    "eager_mode",
+    "eager_mode_context",
+    "is_eager_mode",
+    "metrics",
+    "sync",
+    "sync_tensors",
+]
 
 
 def device(index: int = 0):
