@@ -21,7 +21,12 @@ from . import micro, training
 from .models import Decoder, DecoderConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
-RUNNERS = {"torch_cpu": training.run_torch_cpu, "lazy": training.run_lazy, "jax": training.run_jax}
+RUNNERS = {
+    "torch_cpu": training.run_torch_cpu,
+    "lazy": training.run_lazy,
+    "eager": training.run_eager,
+    "jax": training.run_jax,
+}
 
 
 def _parse(argv):
@@ -63,6 +68,7 @@ def main(argv=None) -> int:
         print("micro-benchmarks ...", flush=True)
         report["tracing"] = micro.tracing()
         report["cached_sync"] = micro.cached_sync()
+        report["eager_op"] = micro.eager_op()
     torch.manual_seed(0)
     model = Decoder(cfg)
     report["decoder"] = {}
@@ -77,6 +83,10 @@ def main(argv=None) -> int:
     for r in report["decoder"].values():
         if ceiling:
             r["vs_jax"] = r["steps_per_s"] / ceiling
+    decoder = report["decoder"]
+    if "eager" in decoder and "lazy" in decoder:
+        eager, lazy = decoder["eager"], decoder["lazy"]
+        eager["vs_lazy"] = eager["steps_per_s"] / lazy["steps_per_s"]
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{args.name}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -114,6 +124,10 @@ def format_report(report: dict) -> str:
         lines.append(
             f"{mode:<12} {r['steps_per_s']:>9.2f} {r['tokens_per_s']:>10.0f} "
             f"{r['first_step_s']:>10.2f}s {r.get('compiles', '-')!s:>9} {vs:>7}"
+        )
+    if "vs_lazy" in report["decoder"].get("eager", {}):
+        lines.append(
+            f"eager / lazy steps/s: {report['decoder']['eager']['vs_lazy']:.2f} (target >= 0.85)"
         )
     return "\n".join(lines)
 

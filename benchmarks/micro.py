@@ -18,7 +18,7 @@ import torch
 
 import lazax.modes as lx
 
-__all__ = ["cached_sync", "tracing"]
+__all__ = ["cached_sync", "eager_op", "tracing"]
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -106,4 +106,36 @@ def cached_sync(n_nodes: int = 100, repeats: int = 200) -> dict:
         "ratio": lazax_sync / jax_call,
         "budget_us": budget * 1e6,
         "within_budget": lazax_sync <= budget,
+    }
+
+
+def eager_op(repeats: int = 500) -> dict:
+    """A cached eager op (4x4 add: dispatch, one-op graph, execute) against calling the
+    jitted jax function of the same op directly."""
+    x_cpu, y_cpu = torch.randn(4, 4), torch.randn(4, 4)
+    with lx.eager_mode_context(True):
+        x, y = x_cpu.to(lx.device()), y_cpu.to(lx.device())
+        (x + y).cpu()  # compile once
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            z = x + y
+            samples.append(time.perf_counter() - start)
+        z.cpu()
+    eager = statistics.median(samples)
+    add = jax.jit(lambda a, b: a + b)
+    xj, yj = jnp.asarray(x_cpu.numpy()), jnp.asarray(y_cpu.numpy())
+    add(xj, yj).block_until_ready()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        r = add(xj, yj)
+        samples.append(time.perf_counter() - start)
+    r.block_until_ready()
+    direct = statistics.median(samples)
+    return {
+        "lazax_eager_us": eager * 1e6,
+        "jax_direct_call_us": direct * 1e6,
+        "ratio": eager / direct,
+        "target_ratio": 3.0,
     }

@@ -19,7 +19,7 @@ import lazax.modes as lx
 from .jax_decoder import make_jax_train_step
 from .models import Decoder, DecoderConfig, lm_loss, make_tokens
 
-__all__ = ["run_jax", "run_lazy", "run_torch_cpu"]
+__all__ = ["run_eager", "run_jax", "run_lazy", "run_torch_cpu"]
 
 LR = 1e-3
 
@@ -86,6 +86,28 @@ def run_lazy(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
     result = _timed_steps(step, warmup, steps, progress)
     last[0].item()
     result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
+    return result
+
+
+def run_eager(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
+    """Every op runs at once (compiled once per op shape); no sync needed."""
+    with lx.eager_mode_context(True):
+        dev = lx.device()
+        model = copy.deepcopy(model).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        data = [t.to(dev) for t in _batches(model.cfg, 4)]
+        compiles = lx.metrics.counter_value("UncachedCompile") or 0
+
+        def step(i):
+            tokens = data[i % len(data)]
+            opt.zero_grad()
+            loss = lm_loss(model(tokens), tokens)
+            loss.backward()
+            opt.step()
+            loss.item()
+
+        result = _timed_steps(step, warmup, steps, progress)
+        result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
     return result
 
 

@@ -12,99 +12,16 @@ through the activations' backward ops.
 from __future__ import annotations
 
 import math
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import lazax.executor as lx
+from lazax.executor.testing import deferred_check as check
 
 F32, F64, BF16, F16 = torch.float32, torch.float64, torch.bfloat16, torch.float16
 I64, I32, U8, BOOL = torch.int64, torch.int32, torch.uint8, torch.bool
 NAN, INF = float("nan"), float("inf")
-
-
-def _fallbacks() -> dict:
-    """Current ``aten::*`` fallback counters."""
-    names = lx.metrics.counter_names()
-    return {n: lx.metrics.counter_value(n) for n in names if n.startswith("aten::")}
-
-
-@pytest.fixture
-def no_fallback():
-    """Fails the test if any aten op ran on the CPU fallback during it."""
-    before = _fallbacks()
-    yield
-    grown = {n: v - before.get(n, 0) for n, v in _fallbacks().items() if v != before.get(n, 0)}
-    assert not grown, f"ops fell back to the CPU: {grown}"
-
-
-def _lazax(value):
-    """Tensors (also inside lists) moved to lazax; anything else as is."""
-    if isinstance(value, torch.Tensor):
-        return value.to("lazax")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_lazax(v) for v in value)
-    return value
-
-
-def _clone(value):
-    """Tensors (also inside lists) cloned, so in-place cases leave inputs intact."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_clone(v) for v in value)
-    return value
-
-
-def _flat(value) -> list:
-    """The tensors in a (nested) result."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat(v)]
-    return []
-
-
-def _cpu(value):
-    """Tensors (also inside lists) moved to the CPU."""
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
-    return value
-
-
-def check(fn, *inputs, **tolerances):
-    """``fn(*inputs)`` on CPU and on lazax copies of the inputs must agree (dtype too).
-
-    The comparison is deferred to the end of the test (``_compare_checks``), so that
-    all the lazax results of one test compile and run as one graph."""
-    expected = fn(*_clone(list(inputs)))
-    got = fn(*_lazax(list(inputs)))
-    _PENDING.append((sys._getframe(1).f_lineno, got, expected, tolerances))
-
-
-_PENDING: list = []
-
-
-@pytest.fixture(autouse=True)
-def _compare_checks():
-    """Runs the test's pending ``check``s as one graph, then compares each."""
-    _PENDING.clear()
-    yield
-    pending = list(_PENDING)
-    _PENDING.clear()
-    lx.sync_tensors_graph(_flat([got for _, got, _, _ in pending]), wait=True)
-    for line, got, expected, tolerances in pending:
-        torch.testing.assert_close(
-            _cpu(got),
-            expected,
-            equal_nan=True,
-            msg=lambda m, line=line: f"check at line {line}: {m}",
-            **tolerances,
-        )
 
 
 def randn(*shape, dtype=F32, seed=0):

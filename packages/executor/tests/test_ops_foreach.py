@@ -11,105 +11,23 @@ back.
 from __future__ import annotations
 
 import copy
-import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 
-import lazax.executor as lx
 from lazax.executor.ops import LoweringContext, get_lowering
+from lazax.executor.testing import deferred_check as check
+from lazax.executor.testing import fallback_counts
 
 aten = torch.ops.aten
 INF = float("inf")
 
 
-def _fallbacks() -> dict:
-    """Current ``aten::*`` fallback counters."""
-    names = lx.metrics.counter_names()
-    return {n: lx.metrics.counter_value(n) for n in names if n.startswith("aten::")}
-
-
 def _grown(before: dict) -> dict:
-    """Fallback counters that grew since ``before``."""
-    return {n: v - before.get(n, 0) for n, v in _fallbacks().items() if v != before.get(n, 0)}
-
-
-@pytest.fixture
-def no_fallback():
-    """Fails the test if any aten op ran on the CPU fallback during it."""
-    before = _fallbacks()
-    yield
-    grown = _grown(before)
-    assert not grown, f"ops fell back to the CPU: {grown}"
-
-
-def _lazax(value):
-    """Tensors (also inside lists) moved to lazax; anything else as is."""
-    if isinstance(value, torch.Tensor):
-        return value.to("lazax")
-    if isinstance(value, (list, tuple)):
-        return type(value)(_lazax(v) for v in value)
-    return value
-
-
-def _clone(value):
-    """Tensors (also inside lists) cloned, so in-place cases leave inputs intact."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_clone(v) for v in value)
-    return value
-
-
-def _flat(value) -> list:
-    """The tensors in a (nested) result."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flat(v)]
-    return []
-
-
-def _cpu(value):
-    """Tensors (also inside lists) moved to the CPU."""
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
-    return value
-
-
-def check(fn, *inputs, **tolerances):
-    """``fn(*inputs)`` on CPU and on lazax copies of the inputs must agree (dtype too).
-
-    The comparison is deferred to the end of the test (``_compare_checks``), so that
-    all the lazax results of one test compile and run as one graph."""
-    expected = fn(*_clone(list(inputs)))
-    got = fn(*_lazax(list(inputs)))
-    _PENDING.append((sys._getframe(1).f_lineno, got, expected, tolerances))
-
-
-_PENDING: list = []
-
-
-@pytest.fixture(autouse=True)
-def _compare_checks():
-    """Runs the test's pending ``check``s as one graph, then compares each."""
-    _PENDING.clear()
-    yield
-    pending = list(_PENDING)
-    _PENDING.clear()
-    lx.sync_tensors_graph(_flat([got for _, got, _, _ in pending]), wait=True)
-    for line, got, expected, tolerances in pending:
-        torch.testing.assert_close(
-            _cpu(got),
-            expected,
-            equal_nan=True,
-            msg=lambda m, line=line: f"check at line {line}: {m}",
-            **tolerances,
-        )
+    """Fallback counters that grew since ``before`` (a ``fallback_counts()``), by how much."""
+    return {n: v - before.get(n, 0) for n, v in fallback_counts().items() if v != before.get(n, 0)}
 
 
 def tensors(seed=0, positive=False):
@@ -294,7 +212,7 @@ def _train(model, opt, device, steps=3):
         x, y = x.to(device), y.to(device)
         loss = ((model(x) - y) ** 2).mean()
         loss.backward()
-        before = _fallbacks()
+        before = fallback_counts()
         opt.step()
         for n, v in _grown(before).items():
             during_step[n] = during_step.get(n, 0) + v
@@ -317,7 +235,7 @@ def test_optimizer(name, foreach):
     lazax_model = copy.deepcopy(cpu_model).to("lazax")
     cpu_opt = cls(cpu_model.parameters(), foreach=foreach, **kwargs)
     lazax_opt = cls(lazax_model.parameters(), foreach=foreach, **kwargs)
-    before = _fallbacks()
+    before = fallback_counts()
     _train(cpu_model, cpu_opt, "cpu")
     step_fallbacks = _train(lazax_model, lazax_opt, "lazax")
     for p_cpu, p_lazax in zip(cpu_model.parameters(), lazax_model.parameters(), strict=True):
@@ -342,6 +260,6 @@ def test_clip_grad_norm_foreach():
         norm = torch.nn.utils.clip_grad_norm_(ps, max_norm=1.0, foreach=True)
         return [norm] + [p.grad for p in ps]
 
-    before = _fallbacks()
+    before = fallback_counts()
     check(clip, params, grads)
     assert not [n for n in _grown(before) if n.startswith("aten::_foreach")]

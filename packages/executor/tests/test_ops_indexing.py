@@ -10,34 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import lazax.executor as lx
+from lazax.executor.testing import check_against_cpu
 
 DEV = "lazax"
-
-
-def _fallbacks():
-    return {
-        n: lx.metrics.counter_value(n) for n in lx.metrics.counter_names() if n.startswith("aten::")
-    }
-
-
-def _to(value, device):
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return type(value)([_to(v, device) for v in value])
-    return value
-
-
-def check(fn, *args, **tolerances):
-    """``fn`` on lazax copies of ``args`` matches ``fn`` on the CPU, with no CPU fallback."""
-    expected = fn(*args)
-    before = _fallbacks()
-    got = _to(fn(*_to(args, DEV)), "cpu")
-    after = _fallbacks()
-    fell_back = sorted(n for n in after if after[n] != before.get(n))
-    assert not fell_back, f"ran through the CPU fallback: {fell_back}"
-    torch.testing.assert_close(got, expected, equal_nan=True, **tolerances)
-    return got
 
 
 torch.manual_seed(0)
@@ -238,7 +213,7 @@ CASES.update(
 @pytest.mark.parametrize("name", list(CASES))
 def test_indexing(name):
     fn, *args = CASES[name]
-    check(fn, *args)
+    check_against_cpu(fn, *args)
 
 
 def test_index_with_bool_mask_runs_through_the_fallback():

@@ -6,35 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import lazax.executor as lx
+from lazax.executor.testing import check_against_cpu, no_cpu_fallback
 
 DEV = "lazax"
-
-
-def _fallbacks():
-    return {
-        n: lx.metrics.counter_value(n) for n in lx.metrics.counter_names() if n.startswith("aten::")
-    }
-
-
-def _to(value, device):
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return type(value)([_to(v, device) for v in value])
-    return value
-
-
-def check(fn, *args, **tolerances):
-    """``fn`` on lazax copies of ``args`` matches ``fn`` on the CPU, with no CPU fallback."""
-    expected = fn(*args)
-    before = _fallbacks()
-    got = _to(fn(*_to(args, DEV)), "cpu")
-    after = _fallbacks()
-    fell_back = sorted(n for n in after if after[n] != before.get(n))
-    assert not fell_back, f"ran through the CPU fallback: {fell_back}"
-    torch.testing.assert_close(got, expected, equal_nan=True, **tolerances)
-    return got
 
 
 torch.manual_seed(0)
@@ -88,17 +62,15 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_linalg(name):
     fn, *args = CASES[name]
-    check(fn, *args)
+    check_against_cpu(fn, *args)
 
 
 def test_mm_autograd():
     a, b = A.clone().requires_grad_(), B.clone().requires_grad_()
     (torch.tanh(a @ b) * C).sum().backward()
-    before = _fallbacks()
-    la = A.to(DEV).requires_grad_()
-    lb = B.to(DEV).requires_grad_()
-    (torch.tanh(la @ lb) * C.to(DEV)).sum().backward()
-    torch.testing.assert_close(la.grad.cpu(), a.grad, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(lb.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)
-    fell_back = sorted(n for n, v in _fallbacks().items() if v != before.get(n))
-    assert not fell_back, fell_back
+    with no_cpu_fallback():
+        la = A.to(DEV).requires_grad_()
+        lb = B.to(DEV).requires_grad_()
+        (torch.tanh(la @ lb) * C.to(DEV)).sum().backward()
+        torch.testing.assert_close(la.grad.cpu(), a.grad, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(lb.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)

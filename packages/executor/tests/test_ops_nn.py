@@ -10,35 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import lazax.executor as lx
+from lazax.executor.testing import check_against_cpu, no_cpu_fallback
 
 DEV = "lazax"
-
-
-def _fallbacks():
-    return {
-        n: lx.metrics.counter_value(n) for n in lx.metrics.counter_names() if n.startswith("aten::")
-    }
-
-
-def _to(value, device):
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, (list, tuple)):
-        return type(value)([_to(v, device) for v in value])
-    return value
-
-
-def check(fn, *args, **tolerances):
-    """``fn`` on lazax copies of ``args`` matches ``fn`` on the CPU, with no CPU fallback."""
-    expected = fn(*args)
-    before = _fallbacks()
-    got = _to(fn(*_to(args, DEV)), "cpu")
-    after = _fallbacks()
-    fell_back = sorted(n for n in after if after[n] != before.get(n))
-    assert not fell_back, f"ran through the CPU fallback: {fell_back}"
-    torch.testing.assert_close(got, expected, equal_nan=True, **tolerances)
-    return got
 
 
 def check_grads(fn, *args, grad_args=(0,), rtol=1e-5, atol=1e-6):
@@ -46,15 +20,15 @@ def check_grads(fn, *args, grad_args=(0,), rtol=1e-5, atol=1e-6):
     cpu = [a.clone().requires_grad_() if i in grad_args else a for i, a in enumerate(args)]
     expected = fn(*cpu)
     expected.backward()
-    before = _fallbacks()
-    lz = [a.to(DEV).requires_grad_() if i in grad_args else a.to(DEV) for i, a in enumerate(args)]
-    got = fn(*lz)
-    got.backward()
-    torch.testing.assert_close(got.detach().cpu(), expected.detach(), rtol=rtol, atol=atol)
-    for i in grad_args:
-        torch.testing.assert_close(lz[i].grad.cpu(), cpu[i].grad, rtol=rtol, atol=atol)
-    fell_back = sorted(n for n, v in _fallbacks().items() if v != before.get(n))
-    assert not fell_back, f"ran through the CPU fallback: {fell_back}"
+    with no_cpu_fallback():
+        lz = [
+            a.to(DEV).requires_grad_() if i in grad_args else a.to(DEV) for i, a in enumerate(args)
+        ]
+        got = fn(*lz)
+        got.backward()
+        torch.testing.assert_close(got.detach().cpu(), expected.detach(), rtol=rtol, atol=atol)
+        for i in grad_args:
+            torch.testing.assert_close(lz[i].grad.cpu(), cpu[i].grad, rtol=rtol, atol=atol)
 
 
 torch.manual_seed(0)
@@ -364,7 +338,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_nn(name):
     fn, *args = CASES[name]
-    check(fn, *args, rtol=1e-5, atol=1e-5)
+    check_against_cpu(fn, *args, rtol=1e-5, atol=1e-5)
 
 
 W = torch.randn(3, 5)
