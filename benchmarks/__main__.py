@@ -32,7 +32,7 @@ RUNNERS = {
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument(
-        "--modes", default="torch_cpu,lazy,jax", help="comma list of " + ",".join(RUNNERS)
+        "--modes", default="torch_cpu,lazy,eager,jax", help="comma list of " + ",".join(RUNNERS)
     )
     p.add_argument("--steps", type=int, default=10, help="timed steps per mode")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (the first compiles)")
@@ -113,6 +113,12 @@ def format_report(report: dict) -> str:
             f"call {s['jax_direct_call_us']:.1f} us after the same tracing "
             f"({s['jax_direct_call_hot_loop_us']:.1f} us in a hot loop) = {s['ratio']:.2f}x "
             f"(budget {s['budget_us']:.0f} us: {'met' if s['within_budget'] else 'missed'})"
+        )
+    if "eager_op" in report:
+        e = report["eager_op"]
+        lines.append(
+            f"eager op (cached): {e['lazax_eager_us']:.1f} us vs direct jitted jax call "
+            f"{e['jax_direct_call_us']:.1f} us = {e['ratio']:.2f}x (target <= 3x)"
         )
     lines.append("")
     lines.append(

@@ -89,7 +89,8 @@ def collect(roots: Sequence[Value], salt: object = None) -> Graph:
         (
             tuple([(r.hash, r.index) for r in roots]),
             tuple(sig),
-            stable_hash(salt) if salt is not None else 0,
+            # An int salt is taken as already hashed (callers that sync often pass one).
+            salt if type(salt) is int else (stable_hash(salt) if salt is not None else 0),
         )
     )
     return Graph(tuple(roots), parameters, key)
