@@ -25,6 +25,7 @@ RUNNERS = {
     "torch_cpu": training.run_torch_cpu,
     "lazy": training.run_lazy,
     "eager": training.run_eager,
+    "compile": training.run_compile,
     "jax": training.run_jax,
 }
 
@@ -32,7 +33,9 @@ RUNNERS = {
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument(
-        "--modes", default="torch_cpu,lazy,eager,jax", help="comma list of " + ",".join(RUNNERS)
+        "--modes",
+        default="torch_cpu,lazy,eager,compile,jax",
+        help="comma list of " + ",".join(RUNNERS),
     )
     p.add_argument("--steps", type=int, default=10, help="timed steps per mode")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (the first compiles)")
@@ -87,6 +90,10 @@ def main(argv=None) -> int:
     if "eager" in decoder and "lazy" in decoder:
         eager, lazy = decoder["eager"], decoder["lazy"]
         eager["vs_lazy"] = eager["steps_per_s"] / lazy["steps_per_s"]
+    if "compile" in decoder and "lazy" in decoder:
+        decoder["compile"]["vs_lazy"] = (
+            decoder["compile"]["steps_per_s"] / decoder["lazy"]["steps_per_s"]
+        )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{args.name}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -134,6 +141,11 @@ def format_report(report: dict) -> str:
     if "vs_lazy" in report["decoder"].get("eager", {}):
         lines.append(
             f"eager / lazy steps/s: {report['decoder']['eager']['vs_lazy']:.2f} (target >= 0.85)"
+        )
+    if "vs_lazy" in report["decoder"].get("compile", {}):
+        lines.append(
+            f"compile(step) under eager / lazy steps/s: "
+            f"{report['decoder']['compile']['vs_lazy']:.2f} (target: within 10%)"
         )
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ import lazax.modes as lx
 from .jax_decoder import make_jax_train_step
 from .models import Decoder, DecoderConfig, lm_loss, make_tokens
 
-__all__ = ["run_eager", "run_jax", "run_lazy", "run_torch_cpu"]
+__all__ = ["run_compile", "run_eager", "run_jax", "run_lazy", "run_torch_cpu"]
 
 LR = 1e-3
 
@@ -107,6 +107,37 @@ def run_eager(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
             loss.item()
 
         result = _timed_steps(step, warmup, steps, progress)
+        result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
+    return result
+
+
+def run_compile(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
+    """``lx.compile(step)`` with eager mode on outside it: one graph per step."""
+    with lx.eager_mode_context(True):
+        dev = lx.device()
+        model = copy.deepcopy(model).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        data = [t.to(dev) for t in _batches(model.cfg, 4)]
+        compiles = lx.metrics.counter_value("UncachedCompile") or 0
+        last = []
+
+        @lx.compile
+        def train_step(tokens):
+            opt.zero_grad()
+            loss = lm_loss(model(tokens), tokens)
+            loss.backward()
+            opt.step()
+            return loss
+
+        def step(i):
+            loss = train_step(data[i % len(data)])
+            if last:
+                last[0].item()  # keep one step in flight, as the lazy runner does
+                last.clear()
+            last.append(loss)
+
+        result = _timed_steps(step, warmup, steps, progress)
+        last[0].item()
         result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
     return result
 

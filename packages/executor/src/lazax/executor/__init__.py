@@ -12,6 +12,7 @@ register()
 
 from . import metrics  # noqa: E402
 from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
+from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
 from ._special import register_factories  # noqa: E402
 from ._tensor import LazyTensor, ir_value  # noqa: E402
@@ -51,6 +52,7 @@ __all__ = [
     "EXECUTOR",
     "RNG",
     "DuplicateLoweringError",
+    "GraphCountSession",
     "GraphExecutor",
     "LazyTensor",
     "__version__",

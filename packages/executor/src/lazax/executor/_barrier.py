@@ -48,6 +48,10 @@ class GraphExecutor:
         self._cache: lazax_cache.ComputationCache | None = None
         self._salt: str | None = None
         self._salt_hash: int | None = None
+        # Called with (graph_name, graph) before each graph runs (tests, tools).
+        self.graph_hooks: list = []
+        # The graph-count limit of the compiled region being traced, if any.
+        self.graph_count_session = None
 
     @property
     def runtime(self) -> pjrt.PjrtRuntime:
@@ -154,20 +158,24 @@ class GraphExecutor:
     def run_graph(self, roots: list[ir.Value]) -> list[ir.Value]:
         """Compile (or find) and execute the graph of ``roots``; device-data values."""
         graph = ir.collect(roots, salt=self.device_salt_hash)
+        for hook in self.graph_hooks:
+            hook(self.graph_name, graph)
+        if self.graph_count_session is not None:
+            self.graph_count_session.check(graph)
         eager = self.eager
         runtime = self.runtime
         cache = self.cache
         entry = cache.get(graph.hash)
         if entry is None:
             metrics.bump("UncachedCompile")
-            self.check_execution_allowed("compile", graph)
+            self.check_execution_allowed("a compile", graph)
             with metrics.timed("EagerOpCompileTime" if eager else "CompileTime"):
                 fn, arg_specs = lower(graph)
                 entry = runtime.compile(fn, arg_specs)
             cache.put(graph.hash, entry)
         else:
             metrics.bump("CachedCompile")
-            self.check_execution_allowed("execute", graph)
+            self.check_execution_allowed("an execution", graph)
         args = [p.data for p in graph.parameters]
         start = perf_counter()  # not metrics.timed: a context manager costs per op here
         outputs = runtime.execute(entry, args)
@@ -175,14 +183,12 @@ class GraphExecutor:
         return [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
 
     def check_execution_allowed(self, what: str, graph: ir.Graph | None = None) -> None:
+        """Inside ``compile(full_graph=True)``: report and raise before anything runs."""
         if self.allow_execution:
             return
-        where = f" (graph {self.graph_name!r})" if self.graph_name else ""
-        raise RuntimeError(
-            f"lazax: a {what} happened inside a compiled region{where} where execution is "
-            f"not allowed (full_graph=True). Remove the .item()/print/data-dependent "
-            f"branch or CPU-fallback op from the region, or use full_graph=False."
-        )
+        from ._debug import unexpected_execution
+
+        raise unexpected_execution(what, self.graph_name, graph)
 
 
 EXECUTOR = GraphExecutor()

@@ -11,11 +11,14 @@ lx.metrics.counter_value("CachedCompile")
 from lazax import executor as _executor
 
 from . import metrics
+from ._compile import CompiledRegion, compile
 from ._eager import eager_mode, eager_mode_context, is_eager_mode
 from ._version import __version__
 
 __all__ = [
+    "CompiledRegion",
     "__version__",
+    "compile",
     "device",
     "device_count",
     "eager_mode",
