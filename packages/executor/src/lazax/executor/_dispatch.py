@@ -136,8 +136,12 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
         return target if plan.returns_self else None
     layouts = info.layouts
     if kind == VIEW:
+        # Views are not run even in eager mode: a view of device data computes nothing
+        # new, and its IR folds into the graph of the next op that reads it (torch's
+        # eager views are free too). Reading it (print, .cpu()) still syncs it.
         storage = args[plan.alias_source]._lz_storage
         made = [new_alias(v, lay, storage) for v, lay in zip(outputs, layouts)]
+        return made[0] if info.result == 0 else _rebuild(info.result, made)
     else:
         first = operands[0] if operands else None
         index = first._lz_storage.device_index if type(first) is LazyTensor else 0
