@@ -46,100 +46,77 @@ def _batches(cfg: DecoderConfig, n: int) -> list[torch.Tensor]:
     return [make_tokens(cfg, seed) for seed in range(n)]
 
 
-def run_torch_cpu(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
-    model = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    data = _batches(model.cfg, 4)
+def _train_step(model, opt):
+    """The plain torch training step every mode runs; returns the loss tensor."""
 
-    def step(i):
-        tokens = data[i % len(data)]
+    def step(tokens):
         opt.zero_grad()
         loss = lm_loss(model(tokens), tokens)
         loss.backward()
         opt.step()
-        loss.item()
+        return loss
 
-    return _timed_steps(step, warmup, steps, progress)
+    return step
+
+
+def run_torch_cpu(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
+    model = copy.deepcopy(model)
+    train = _train_step(model, torch.optim.AdamW(model.parameters(), lr=LR))
+    data = _batches(model.cfg, 4)
+    return _timed_steps(lambda i: train(data[i % len(data)]).item(), warmup, steps, progress)
+
+
+def _run_lazax(model: Decoder, warmup, steps, progress, *, eager: bool, wrap, in_flight: bool):
+    """One lazax mode: ``wrap`` turns the torch step into the mode's step (adds
+    ``sync()``, or ``compile``); ``in_flight`` keeps one step running while the next
+    is traced (waiting on the previous loss), else each step waits for its own loss."""
+    with lx.eager_mode_context(eager):
+        dev = lx.device()
+        model = copy.deepcopy(model).to(dev)
+        train = wrap(_train_step(model, torch.optim.AdamW(model.parameters(), lr=LR)))
+        data = [t.to(dev) for t in _batches(model.cfg, 4)]
+        lx.sync(wait=True)
+        compiles = lx.metrics.counter_value("UncachedCompile") or 0
+        last = []
+
+        def step(i):
+            loss = train(data[i % len(data)])
+            if not in_flight:
+                loss.item()
+                return
+            if last:
+                last.pop().item()
+            last.append(loss)
+
+        result = _timed_steps(step, warmup, steps, progress)
+        if last:
+            last.pop().item()
+        result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
+    return result
+
+
+def _with_sync(train):
+    def step(tokens):
+        loss = train(tokens)
+        lx.sync()
+        return loss
+
+    return step
 
 
 def run_lazy(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
-    dev = lx.device()
-    model = copy.deepcopy(model).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    data = [t.to(dev) for t in _batches(model.cfg, 4)]
-    lx.sync(wait=True)
-    compiles = lx.metrics.counter_value("UncachedCompile") or 0
-    last = []
-
-    def step(i):
-        tokens = data[i % len(data)]
-        opt.zero_grad()
-        loss = lm_loss(model(tokens), tokens)
-        loss.backward()
-        opt.step()
-        lx.sync()
-        if last:
-            last[0].item()  # wait for the previous step: keep one step in flight
-            last.clear()
-        last.append(loss)
-
-    result = _timed_steps(step, warmup, steps, progress)
-    last[0].item()
-    result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
-    return result
+    """Lazy mode, ``sync()`` after each step."""
+    return _run_lazax(model, warmup, steps, progress, eager=False, wrap=_with_sync, in_flight=True)
 
 
 def run_eager(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
     """Every op runs at once (compiled once per op shape); no sync needed."""
-    with lx.eager_mode_context(True):
-        dev = lx.device()
-        model = copy.deepcopy(model).to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=LR)
-        data = [t.to(dev) for t in _batches(model.cfg, 4)]
-        compiles = lx.metrics.counter_value("UncachedCompile") or 0
-
-        def step(i):
-            tokens = data[i % len(data)]
-            opt.zero_grad()
-            loss = lm_loss(model(tokens), tokens)
-            loss.backward()
-            opt.step()
-            loss.item()
-
-        result = _timed_steps(step, warmup, steps, progress)
-        result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
-    return result
+    return _run_lazax(model, warmup, steps, progress, eager=True, wrap=lambda f: f, in_flight=False)
 
 
 def run_compile(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
     """``lx.compile(step)`` with eager mode on outside it: one graph per step."""
-    with lx.eager_mode_context(True):
-        dev = lx.device()
-        model = copy.deepcopy(model).to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=LR)
-        data = [t.to(dev) for t in _batches(model.cfg, 4)]
-        compiles = lx.metrics.counter_value("UncachedCompile") or 0
-        last = []
-
-        @lx.compile
-        def train_step(tokens):
-            opt.zero_grad()
-            loss = lm_loss(model(tokens), tokens)
-            loss.backward()
-            opt.step()
-            return loss
-
-        def step(i):
-            loss = train_step(data[i % len(data)])
-            if last:
-                last[0].item()  # keep one step in flight, as the lazy runner does
-                last.clear()
-            last.append(loss)
-
-        result = _timed_steps(step, warmup, steps, progress)
-        last[0].item()
-        result["compiles"] = (lx.metrics.counter_value("UncachedCompile") or 0) - compiles
-    return result
+    return _run_lazax(model, warmup, steps, progress, eager=True, wrap=lx.compile, in_flight=True)
 
 
 def run_jax(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
