@@ -1,0 +1,80 @@
+"""Sorting and searching: sort (stable or not), topk, searchsorted, bucketize.
+
+Contract: values and int64 indices as torch returns them. Ties in ``topk`` and in a
+non-stable sort may come back in another index order than torch's CPU kernel (torch
+documents none); ``sort(stable=True)`` matches exactly.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from ._registry import lowering
+
+aten = torch.ops.aten
+
+
+def _sort(ctx, x, dim, descending):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    axis = dim % max(x.ndim, 1)
+    # Stable, so ties keep their order as in torch's CPU sort; NaN sorts as the largest.
+    order = jnp.argsort(x, axis=axis, stable=True, descending=descending)
+    return jnp.take_along_axis(x, order, axis=axis), order
+
+
+@lowering(aten.sort.default)
+def sort(ctx, x, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)
+
+
+@lowering(aten.sort.stable)
+def sort_stable(ctx, x, *, stable=None, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)
+
+
+@lowering(aten.topk.default)
+def topk(ctx, x, k, dim=-1, largest=True, sorted=True):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    axis = dim % max(x.ndim, 1)
+    moved = jnp.moveaxis(x, axis, -1)
+    if largest and jnp.issubdtype(x.dtype, jnp.floating):
+        _, order = lax.top_k(moved, k)
+    elif not largest and jnp.issubdtype(x.dtype, jnp.floating):
+        _, order = lax.top_k(-moved, k)
+    else:
+        order = jnp.argsort(moved, axis=-1, stable=True, descending=largest)[..., :k]
+    values = jnp.take_along_axis(moved, order, axis=-1)
+    return jnp.moveaxis(values, -1, axis), jnp.moveaxis(order.astype(jnp.int64), -1, axis)
+
+
+# -- searchsorted / bucketize / diag_embed ---------------------------------------------
+
+
+def _searchsorted(seq, values, right, sorter=None):
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, axis=-1)
+    values = jnp.asarray(values)
+    side = "right" if right else "left"
+    if seq.ndim == 1:
+        return jnp.searchsorted(seq, values, side=side)
+    # One sorted row per leading index of values (torch's batched form).
+    rows = seq.reshape(-1, seq.shape[-1])
+    found = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(
+        rows, values.reshape(rows.shape[0], -1)
+    )
+    return found.reshape(values.shape)
+
+
+@lowering(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def searchsorted(ctx, seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    return _searchsorted(seq, values, right or side == "right", sorter)
+
+
+@lowering(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def bucketize(ctx, values, boundaries, *, out_int32=False, right=False):
+    return _searchsorted(boundaries, values, right)
