@@ -9,7 +9,8 @@ Contract, per call (the tracing hot path: no device work, no meta kernel on a hi
    parameters). A CPU tensor with dimensions raises torch's device-mismatch error.
 3. Build one IR node (its hash from the cached base hash and the operands' hashes) and
    the output tensors; in-place ops write into their first argument (through views).
-4. In eager mode, sync just the outputs (``apply_eager_sync``).
+4. In eager mode, sync just the outputs (``apply_eager_sync``); an in-place op syncs the
+   storage it wrote. View outputs are not run: their IR folds into the next op.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import torch
 from lazax import ir
 from lazax.pjrt import numpy_dtype
 
-from . import metrics
-from ._barrier import EXECUTOR, from_cpu, to_cpu
+from ._barrier import EXECUTOR, from_cpu
 from ._device import RNG
 from ._fallback import fallback
 from ._plans import (
@@ -34,7 +34,7 @@ from ._plans import (
     NeedsFallback,
     OpPlan,
 )
-from ._tensor import Layout, LazyTensor, ir_value, new_alias, new_tensor, spec_of, write
+from ._tensor import Layout, LazyTensor, ir_value, new_alias, new_tensor, write
 from .ops import get_lowering
 
 __all__ = ["apply_eager_sync", "dispatch", "run_plan"]
@@ -66,7 +66,7 @@ def _scan(value, slot: int, operands: list):
         inner = SCALAR_SLOT if slot == LIST_SLOT else 0
         return tuple([_scan(v, inner, operands) for v in value])
     if isinstance(value, torch.Tensor):
-        if value.dim() == 0 or value.device.type == "meta":
+        if value.dim() == 0:  # 0-dim CPU tensors mix with device tensors, as for cuda
             lazy = _upload(value)
             operands.append(lazy)
             return lazy._lz_key
@@ -283,6 +283,3 @@ def dispatch(cls, func, types, args=(), kwargs=None):
 
 
 LazyTensor.__torch_dispatch__ = classmethod(dispatch)
-
-# Re-exported for the special rules.
-__all__ += ["to_cpu", "spec_of", "metrics"]

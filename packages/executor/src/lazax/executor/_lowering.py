@@ -42,12 +42,10 @@ def _fill(template: Any, operands: list) -> Any:
 
 
 def _decode(value: Any) -> Any:
-    """Attribute encodings back to torch objects (dtype names stay strings otherwise)."""
+    """Attribute encodings back to values a rule takes (a dtype becomes a numpy dtype)."""
     if type(value) is tuple:
         if len(value) == 2 and value[0] == "dtype":
             return jnp.dtype(value[1])
-        if len(value) == 2 and value[0] == "list":
-            return list(value[1])
     return value
 
 

@@ -49,11 +49,11 @@ def _copy_(args, kwargs):
     shape = tuple(dst.shape)
     dtype = dtype_name(dst.dtype)
     if value.spec.shape != shape:
-        torch.broadcast_shapes(value.spec.shape, shape)  # torch's error if it cannot
-        if torch.broadcast_shapes(value.spec.shape, shape) != shape:
+        broadcast = torch.broadcast_shapes(value.spec.shape, shape)  # torch's error
+        if broadcast != shape:
             raise RuntimeError(
                 f"output with shape {list(shape)} doesn't match the broadcast shape "
-                f"{list(torch.broadcast_shapes(value.spec.shape, shape))}"
+                f"{list(broadcast)}"
             )
     if value.spec != ir.TensorSpec(shape, dtype):
         value = _cast_broadcast(value, shape, dtype)
@@ -122,9 +122,6 @@ SPECIAL = {
 }
 
 # -- factory kernels for the PrivateUse1 key ----------------------------------------
-
-_EMPTY_PLAN = OpPlan(aten.empty.memory_format, "aten::empty.memory_format", FUNCTIONAL)
-_EMPTY_STRIDED_PLAN = OpPlan(aten.empty_strided.default, "aten::empty_strided", FUNCTIONAL)
 
 
 def _index(device) -> int:

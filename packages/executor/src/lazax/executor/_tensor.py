@@ -21,13 +21,11 @@ from __future__ import annotations
 import math
 import weakref
 
-import numpy as np
 import torch
 
 from lazax import ir
 
 from ._device import DEVICE_NAME
-from ._dtypes import dtype_name
 
 __all__ = [
     "PENDING",
@@ -265,16 +263,3 @@ def view_scatter(base: ir.Value, view: tuple, value: ir.Value) -> ir.Value:
         ((("%", 0), ("%", 1), size, stride, offset), ()),
         (base.spec,),
     ).outputs[0]
-
-
-def view_indices(base_shape: tuple[int, ...], view: tuple) -> np.ndarray:
-    """Flat positions in the contiguous base of every element of the view."""
-    size, stride, offset = view
-    index = np.full((), offset, dtype=np.int64)
-    for n, s in zip(size, stride):
-        index = index[..., None] + np.arange(n, dtype=np.int64) * s
-    return index.reshape(size)
-
-
-def spec_of(t: torch.Tensor) -> ir.TensorSpec:
-    return ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype))
