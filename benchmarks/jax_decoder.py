@@ -5,6 +5,8 @@ Contract: ``make_jax_train_step(torch_model, lr)`` returns ``(step, state)`` whe
 the same architecture as ``benchmarks.models.Decoder`` (same shapes, same initial
 weights taken from the torch model, AdamW with torch's defaults). It is what XLA can do
 with no tracing at all; lazax's modes are measured as a fraction of it.
+``make_jax_forward(torch_model)`` returns ``(forward, params)``: the jitted inference
+``forward(params, tokens) -> logits``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 
 from .models import Decoder
 
-__all__ = ["make_jax_train_step"]
+__all__ = ["make_jax_forward", "make_jax_train_step"]
 
 
 def _layer_norm(x, w, b, eps=1e-5):
@@ -64,10 +66,26 @@ def _loss(p, tokens, n_layers, n_heads, mask):
     return -jnp.take_along_axis(logp, targets[..., None], axis=-1).mean()
 
 
-def make_jax_train_step(model: Decoder, lr: float = 1e-3):
+def _params_and_mask(model: Decoder):
     cfg = model.cfg
     params = {k: jnp.asarray(v.detach().cpu().numpy()) for k, v in model.named_parameters()}
     mask = jnp.asarray(np.triu(np.ones((cfg.seq, cfg.seq), dtype=bool), 1))
+    return params, mask
+
+
+def make_jax_forward(model: Decoder):
+    cfg = model.cfg
+    params, mask = _params_and_mask(model)
+
+    def forward(p, tokens):
+        return _forward(p, tokens, cfg.n_layers, cfg.n_heads, mask)
+
+    return jax.jit(forward), params
+
+
+def make_jax_train_step(model: Decoder, lr: float = 1e-3):
+    cfg = model.cfg
+    params, mask = _params_and_mask(model)
     b1, b2, eps, wd = 0.9, 0.999, 1e-8, 1e-2
 
     def step(state, tokens):

@@ -1,4 +1,4 @@
-"""Training-step throughput of the decoder: torch CPU, lazax lazy, pure JAX.
+"""Training-step throughput of the decoder: torch CPU, each lazax mode, pure JAX.
 
 Each runner returns steps/s (median over timed steps after warm-up), time to the first
 step (which includes compilation), and its compile count where it has one. Tokens/s is
@@ -19,7 +19,7 @@ import lazax.modes as lx
 from .jax_decoder import make_jax_train_step
 from .models import Decoder, DecoderConfig, lm_loss, make_tokens
 
-__all__ = ["run_compile", "run_eager", "run_jax", "run_lazy", "run_torch_cpu"]
+__all__ = ["run_compile", "run_dynamo", "run_eager", "run_jax", "run_lazy", "run_torch_cpu"]
 
 LR = 1e-3
 
@@ -46,12 +46,16 @@ def _batches(cfg: DecoderConfig, n: int) -> list[torch.Tensor]:
     return [make_tokens(cfg, seed) for seed in range(n)]
 
 
-def _train_step(model, opt):
+def _model_loss(model, tokens):
+    return lm_loss(model(tokens), tokens)
+
+
+def _train_step(model, opt, loss_fn=_model_loss):
     """The plain torch training step every mode runs; returns the loss tensor."""
 
     def step(tokens):
         opt.zero_grad()
-        loss = lm_loss(model(tokens), tokens)
+        loss = loss_fn(model, tokens)
         loss.backward()
         opt.step()
         return loss
@@ -66,14 +70,17 @@ def run_torch_cpu(model: Decoder, warmup: int, steps: int, progress=None) -> dic
     return _timed_steps(lambda i: train(data[i % len(data)]).item(), warmup, steps, progress)
 
 
-def _run_lazax(model: Decoder, warmup, steps, progress, *, eager: bool, wrap, in_flight: bool):
+def _run_lazax(
+    model: Decoder, warmup, steps, progress, *, eager: bool, wrap, in_flight: bool, loss_fn=None
+):
     """One lazax mode: ``wrap`` turns the torch step into the mode's step (adds
     ``sync()``, or ``compile``); ``in_flight`` keeps one step running while the next
     is traced (waiting on the previous loss), else each step waits for its own loss."""
     with lx.eager_mode_context(eager):
         dev = lx.device()
         model = copy.deepcopy(model).to(dev)
-        train = wrap(_train_step(model, torch.optim.AdamW(model.parameters(), lr=LR)))
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        train = wrap(_train_step(model, opt, loss_fn or _model_loss))
         data = [t.to(dev) for t in _batches(model.cfg, 4)]
         lx.sync(wait=True)
         compiles = lx.metrics.counter_value("UncachedCompile") or 0
@@ -117,6 +124,25 @@ def run_eager(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
 def run_compile(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
     """``lx.compile(step)`` with eager mode on outside it: one graph per step."""
     return _run_lazax(model, warmup, steps, progress, eager=True, wrap=lx.compile, in_flight=True)
+
+
+def run_dynamo(model: Decoder, warmup: int, steps: int, progress=None) -> dict:
+    """``torch.compile(loss, backend="lazax")``: forward and backward graphs executed by
+    hash; the optimizer step is lazy, ``sync()`` after each step."""
+    import lazax.dynamo  # noqa: F401  (registers the backend; the entry point would too)
+
+    torch._dynamo.reset()
+    loss_fn = torch.compile(_model_loss, backend="lazax")
+    return _run_lazax(
+        model,
+        warmup,
+        steps,
+        progress,
+        eager=False,
+        wrap=_with_sync,
+        in_flight=True,
+        loss_fn=loss_fn,
+    )
 
 
 def run_jax(model: Decoder, warmup: int, steps: int, progress=None) -> dict:

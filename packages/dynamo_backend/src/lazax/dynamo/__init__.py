@@ -1,10 +1,35 @@
-"""lazax.dynamo: ``torch.compile(backend="lazax")`` (not built yet; see issue 5).
+"""lazax.dynamo: ``torch.compile(model, backend="lazax")``.
 
-This package exists so the monorepo's layout and dependency arrows are complete; the
-backend (``aot_autograd`` over a bridge that traces each FX graph once through lazax
-tensors and then executes by graph hash) lands with its issue.
+The backend is ``aot_autograd(fw_compiler=bridge)``: dynamo captures the Python program,
+AOTAutograd splits it into a forward and a backward FX graph (inference: one graph), and
+each graph reaches ``bridge``, which traces it once through lazax tensors and afterwards
+executes it by hash (see ``_bridge`` and ``_capture``). The name ``"lazax"`` is
+registered on import and through the ``torch_dynamo_backends`` entry point, so
+``torch.compile(m, backend="lazax")`` works without importing anything.
+
+Counters: ``DynamoExtractCompiledGraph`` (FX graphs traced), ``DynamoSpecializeGraph``
+(further specialisations: a new shape or layout of a traced graph),
+``DynamoRecompileAfterEviction``, ``DynamoInterpretedGraph`` (calls of graphs that could
+not be captured); timings ``DynamoSyncInputExecuteTime``, ``CompileTime``,
+``ExecuteTime``.
 """
 
+from __future__ import annotations
+
+from torch._dynamo import list_backends, register_backend
+from torch._dynamo.backends.common import aot_autograd
+
+from ._bridge import GraphBridge, bridge
+from ._integration import install
 from ._version import __version__
 
-__all__ = ["__version__"]
+install()
+
+lazax_backend = aot_autograd(fw_compiler=bridge)
+
+# Installed as a distribution, torch finds "lazax" through the entry point and registers
+# it itself when first asked (registering here too would be a duplicate).
+if "lazax" not in list_backends(exclude_tags=()):
+    register_backend(lazax_backend, name="lazax")
+
+__all__ = ["GraphBridge", "__version__", "bridge", "lazax_backend"]

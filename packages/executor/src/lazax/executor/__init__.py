@@ -4,6 +4,8 @@ Importing it registers the ``lazax`` device with torch. ``LazyTensor`` is the te
 type on ``lazax:N``; ``EXECUTOR`` holds the flags the modes set (``eager``,
 ``allow_execution``, ``graph_name``), the computation cache and the runtime;
 ``sync_tensors_graph`` / ``sync`` are the barrier; ``metrics`` the counters.
+``Storage``, ``Layout``, ``new_tensor``, ``new_alias``, ``rebind`` and ``lower_graph``
+are for front-ends that build or replay graphs themselves (the dynamo bridge).
 """
 
 from ._device import RNG, device, register
@@ -14,8 +16,9 @@ from . import metrics  # noqa: E402
 from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
+from ._lowering import lower as lower_graph  # noqa: E402
 from ._special import register_factories  # noqa: E402
-from ._tensor import LazyTensor, ir_value  # noqa: E402
+from ._tensor import Layout, LazyTensor, Storage, ir_value, new_alias, new_tensor, rebind  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops  # noqa: E402
 
@@ -54,15 +57,21 @@ __all__ = [
     "DuplicateLoweringError",
     "GraphCountSession",
     "GraphExecutor",
+    "Layout",
     "LazyTensor",
+    "Storage",
     "__version__",
     "apply_eager_sync",
     "device",
     "from_cpu",
     "get_lowering",
     "ir_value",
+    "lower_graph",
     "lowering",
     "metrics",
+    "new_alias",
+    "new_tensor",
+    "rebind",
     "registered_ops",
     "sync",
     "sync_tensors_graph",

@@ -52,6 +52,10 @@ class GraphExecutor:
         self.graph_hooks: list = []
         # The graph-count limit of the compiled region being traced, if any.
         self.graph_count_session = None
+        # Set while a graph is captured for replay (the dynamo bridge): called with a
+        # description before anything would run or read device data, so that a capture
+        # never bakes a value computed during tracing into the replayed graph.
+        self.capture_guard = None
 
     @property
     def runtime(self) -> pjrt.PjrtRuntime:
@@ -183,7 +187,10 @@ class GraphExecutor:
         return [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
 
     def check_execution_allowed(self, what: str, graph: ir.Graph | None = None) -> None:
-        """Inside ``compile(full_graph=True)``: report and raise before anything runs."""
+        """Inside ``compile(full_graph=True)``: report and raise before anything runs.
+        During a capture the capture guard is told first (and normally raises)."""
+        if self.capture_guard is not None:
+            self.capture_guard(what)
         if self.allow_execution:
             return
         from ._debug import unexpected_execution
@@ -228,6 +235,8 @@ def from_cpu(t: torch.Tensor, device_index: int = 0) -> ir.Value:
 
 def to_cpu(t: LazyTensor) -> torch.Tensor:
     """``t``'s value as a new CPU tensor (syncs and waits)."""
+    if EXECUTOR.capture_guard is not None:
+        EXECUTOR.capture_guard("a read of device data to the host")
     EXECUTOR.sync_tensors_graph([t], wait=False)
     node = ir_value(t).node
     with metrics.timed("TransferFromDeviceTime"):

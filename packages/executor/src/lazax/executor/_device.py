@@ -20,11 +20,14 @@ _registered = False
 
 
 class _RngState:
-    __slots__ = ("seed", "counter")
+    __slots__ = ("seed", "counter", "recorder")
 
     def __init__(self) -> None:
         self.seed = 0
         self.counter = 0
+        # While a graph is captured for replay (the dynamo bridge), the seed parameters
+        # it takes are listed here, so each replay can feed fresh ones.
+        self.recorder: list | None = None
 
     def manual_seed(self, seed: int) -> None:
         self.seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF

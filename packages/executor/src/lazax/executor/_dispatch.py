@@ -122,7 +122,7 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
                 scalar = np.asarray(o).astype(numpy_dtype(name))[()]
             values.append(ir.scalar_parameter(name, scalar))
     if plan.random:
-        values.append(ir.scalar_parameter("int64", numpy_dtype("int64").type(RNG.next_key())))
+        values.append(_seed_parameter())
     node = ir.Node(info.node_op, tuple(values), info.attrs, info.specs, info.base_hash)
     outputs = node.outputs
     kind = plan.kind
@@ -155,6 +155,14 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
     if result == 0:
         return made[0]
     return _rebuild(result, made)
+
+
+def _seed_parameter() -> ir.Node:
+    """The seed operand of a random op: a runtime parameter, never part of the hash."""
+    seed = ir.scalar_parameter("int64", np.int64(RNG.next_key()))
+    if RNG.recorder is not None:
+        RNG.recorder.append(seed)
+    return seed
 
 
 def _rebuild(template, made: list):

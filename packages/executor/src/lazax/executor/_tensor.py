@@ -26,6 +26,7 @@ import torch
 from lazax import ir
 
 from ._device import DEVICE_NAME
+from ._dtypes import dtype_name
 
 __all__ = [
     "PENDING",
@@ -36,6 +37,7 @@ __all__ = [
     "ir_value",
     "new_alias",
     "new_tensor",
+    "rebind",
     "write",
 ]
 
@@ -169,6 +171,13 @@ class LazyTensor(torch.Tensor):
 
         return (torch.Tensor.to, (to_cpu(self), self.device))
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        # AOTAutograd asks tensor subclasses to match the plain tensor it traced the
+        # backward with; to torch's tracers a lazax tensor is that plain device tensor.
+        if expected_type is None or expected_type is torch.Tensor:
+            return self
+        return None
+
     def __array__(self, dtype=None):
         raise TypeError(
             f"can't convert {self.device} device type tensor to numpy. "
@@ -217,6 +226,15 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
     t._lz_seen = storage.version
     t._lz_key = layout.mkey
     return t
+
+
+def rebind(storage: Storage, layout: Layout) -> LazyTensor:
+    """A tensor over ``storage`` presented with ``layout`` (``Layout(*t._lz_key)`` of
+    some tensor ``t`` whose storage had this storage's shape)."""
+    value = storage.value
+    if layout.view is not None:
+        value = view_gather(value, layout.view, dtype_name(layout.dtype))
+    return new_alias(value, layout, storage)
 
 
 def ir_value(t: LazyTensor) -> ir.Value:

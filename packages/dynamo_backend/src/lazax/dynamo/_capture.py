@@ -1,0 +1,197 @@
+"""Capturing one FX graph, at one set of input layouts and symbolic values, for replay.
+
+Contract: ``Replay(gm, args, tensor_positions)`` traces ``gm`` once through lazax tensors that stand
+in for its tensor arguments (shadows over the same device data: the caller's tensors are
+never touched, even if the trace fails), collects the IR of the outputs and of the
+arguments the graph writes in place, lowers and compiles it (the cache is warmed; nothing
+executes). ``Replay.run(args)`` runs the graph on new arguments
+of the same layouts with no FX interpretation, no aten dispatch, no IR and no hashing:
+gather the input buffers, execute the cached executable by hash (lowering it again if it
+was evicted), wrap the outputs, write the mutated arguments back.
+
+A graph is replayable only if tracing it runs nothing: a CPU fallback, a read to the
+host or a data-dependent shape would bake a value of this call into every later one.
+Any of those raises ``CaptureBroken`` (naming what happened) before it runs; the bridge
+then interprets that FX graph on every call instead.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+import numpy as np
+import torch
+
+from lazax import executor, ir
+from lazax.executor import EXECUTOR, RNG, Layout, LazyTensor, Storage, metrics
+
+__all__ = ["CaptureBroken", "Replay", "signature"]
+
+
+class CaptureBroken(Exception):
+    """Tracing the FX graph would have executed something; it cannot be replayed."""
+
+
+def signature(args, tensor_positions, sym_positions) -> tuple:
+    """What a replay is specialised on: the symbolic values, each tensor argument's
+    layout, and which tensor arguments share a storage."""
+    first_of: dict[int, int] = {}
+    layout = []
+    for i in tensor_positions:
+        a = args[i]
+        if type(a) is LazyTensor:
+            layout.append(a._lz_key)
+            layout.append(first_of.setdefault(id(a._lz_storage), i))
+        else:  # a host tensor (a lifted constant): uploaded on each call
+            layout.append((tuple(a.shape), a.dtype, "host"))
+    return tuple([args[i] for i in sym_positions]), tuple(layout)
+
+
+def _trace(gm, args, tensor_positions):
+    """Run ``gm`` on shadows of ``args``; returns (outputs, shadow storages, first-arg
+    index of each shadow storage, host inputs by arg index, recorded seeds)."""
+    shadows = list(args)
+    storages: dict[int, tuple[Storage, int]] = {}  # id(real storage) -> (shadow, arg)
+    host: dict[int, LazyTensor] = {}
+    for i in tensor_positions:
+        a = args[i]
+        if type(a) is not LazyTensor:
+            shadows[i] = host[i] = a.to(executor.device())
+            continue
+        real = a._lz_storage
+        known = storages.get(id(real))
+        if known is None:
+            data = real.value.node.data
+            shadow = Storage(ir.device_data(real.spec, data), real.device_index)
+            known = storages[id(real)] = (shadow, i)
+        shadows[i] = executor.rebind(known[0], Layout(*a._lz_key))
+
+    def refuse(what: str) -> None:
+        raise CaptureBroken(what)
+
+    seeds: list = []
+    saved = (EXECUTOR.eager, EXECUTOR.capture_guard, RNG.recorder)
+    EXECUTOR.eager = False
+    EXECUTOR.capture_guard = refuse
+    RNG.recorder = seeds
+    try:
+        with torch.no_grad():
+            outputs = gm(*shadows)
+    finally:
+        EXECUTOR.eager, EXECUTOR.capture_guard, RNG.recorder = saved
+    return outputs, list(storages.values()), host, seeds
+
+
+class Replay:
+    """One compiled specialisation of an FX graph, run by hash."""
+
+    def __init__(self, gm, args, tensor_positions) -> None:
+        outputs, shadows, host, seeds = _trace(gm, args, tensor_positions)
+        self.device_index = shadows[0][0].device_index if shadows else 0
+        initial = {id(s.value): (s, i) for s, i in shadows}
+        shadow_arg = {id(s): i for s, i in shadows}
+        new_storages: dict[int, int] = {}  # id(storage) -> root index
+        roots: list = []
+        recipes = []
+        single = not isinstance(outputs, (tuple, list))
+        for out in [outputs] if single else outputs:
+            if type(out) is LazyTensor:
+                storage = out._lz_storage
+                layout = Layout(*out._lz_key)
+                arg = shadow_arg.get(id(storage))
+                if arg is not None:
+                    recipes.append(("input", arg, layout))
+                    continue
+                index = new_storages.get(id(storage))
+                if index is None:
+                    index = new_storages[id(storage)] = len(roots)
+                    roots.append(storage.value)
+                recipes.append(("new", index, layout))
+            elif isinstance(out, torch.Tensor):
+                recipes.append(("host", out.clone(), None))
+            else:
+                recipes.append(("const", out, None))
+        self.new_count = len(roots)
+        self.mutated: list[int] = []
+        for shadow, arg in shadows:
+            if id(shadow.value) not in initial:
+                roots.append(shadow.value)
+                self.mutated.append(arg)
+        self.recipes = recipes
+        self.single = single
+        self.root_specs = [r.spec for r in roots]
+        graph = ir.collect(roots, salt=EXECUTOR.device_salt_hash)
+        self.hash = graph.hash
+        seed_ids = {id(s) for s in seeds}
+        host_nodes = {id(t._lz_storage.value): i for i, t in host.items()}
+        self.template: list = []
+        self.storage_slots: list[tuple[int, int]] = []
+        self.host_slots: list[tuple[int, int]] = []
+        self.seed_slots: list[int] = []
+        for slot, p in enumerate(graph.parameters):
+            self.template.append(p.data)
+            if id(p) in initial:
+                self.storage_slots.append((slot, initial[id(p)][1]))
+            elif id(p) in host_nodes:
+                self.host_slots.append((slot, host_nodes[id(p)]))
+            elif id(p) in seed_ids:
+                self.seed_slots.append(slot)
+        # Keep only constants: a replay must not keep the first call's inputs alive.
+        for slot, _ in self.storage_slots + self.host_slots:
+            self.template[slot] = None
+        self.lowered = executor.lower_graph(graph) if roots else None
+        self.executable = None
+        if roots:
+            self._compile(count_as="UncachedCompile")
+
+    def _compile(self, count_as: str):
+        cache = EXECUTOR.cache
+        entry = cache.get(self.hash)
+        if entry is None:
+            metrics.bump(count_as)
+            fn, arg_specs = self.lowered
+            with metrics.timed("CompileTime"):
+                entry = EXECUTOR.runtime.compile(fn, arg_specs)
+            cache.put(self.hash, entry)
+        else:
+            metrics.bump("CachedCompile")
+        return entry
+
+    def run(self, args):
+        outputs = self._execute(args) if self.lowered is not None else []
+        results = []
+        for kind, ref, layout in self.recipes:
+            if kind == "new":
+                results.append(executor.rebind(outputs[ref], layout))
+            elif kind == "input":
+                results.append(executor.rebind(args[ref]._lz_storage, layout))
+            elif kind == "host":
+                results.append(ref.clone())
+            else:
+                results.append(ref)
+        return results[0] if self.single else results
+
+    def _execute(self, args) -> list[Storage]:
+        params = self.template.copy()
+        for slot, i in self.storage_slots:
+            params[slot] = args[i]._lz_storage.value.node.data
+        for slot, i in self.host_slots:
+            params[slot] = executor.from_cpu(args[i]).data
+        for slot in self.seed_slots:
+            params[slot] = np.int64(RNG.next_key())
+        cache = EXECUTOR.cache
+        entry = cache.get(self.hash)
+        if entry is None:
+            # Evicted from the LRU: lower again, never an error (torch_xla stops here).
+            entry = self._compile(count_as="DynamoRecompileAfterEviction")
+        start = perf_counter()
+        buffers = EXECUTOR.runtime.execute(entry, params)
+        metrics.record("ExecuteTime", perf_counter() - start)
+        specs = self.root_specs
+        device = self.device_index
+        made = [
+            Storage(ir.device_data(specs[k], buffers[k]), device) for k in range(self.new_count)
+        ]
+        for k, arg in enumerate(self.mutated, start=self.new_count):
+            args[arg]._lz_storage.set(ir.device_data(specs[k], buffers[k]))
+        return made

@@ -1,0 +1,71 @@
+"""Teaching dynamo that a lazax tensor is a device tensor.
+
+Contract: ``install()`` (idempotent; done when ``lazax.dynamo`` is imported, which
+``torch.compile(backend="lazax")`` does through the entry point before it traces) makes
+dynamo treat ``LazyTensor`` as it treats any tensor on a device, and keeps dynamo out of
+lazax's own Python code.
+
+Why this needs torch internals: dynamo only models plain tensors and *traceable*
+wrapper subclasses (ones that unflatten into inner tensors) as tensors. A lazax tensor is
+neither: it is a whole device, like a CUDA or XLA tensor whose kernels happen to be in
+Python. Dynamo's builder picks how to model a value by exact type, in a table
+(``VariableBuilder._type_dispatch``); registering ``LazyTensor`` there beside
+``torch.Tensor`` makes it a graph input faked as a ``FakeTensor(device="lazax:N")``.
+Second, dynamo tries to compile every Python frame run while a compiled function runs
+(graph breaks); lazax's dispatcher is such a frame, run per op, and must be skipped with
+everything it calls. Both reaches are checked here, so a torch that moves them fails at
+import with a message, not later with a wrong graph.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lazax.executor import LazyTensor
+
+__all__ = ["install"]
+
+_installed = False
+
+
+def _register_tensor_type() -> None:
+    from torch._dynamo import config
+    from torch._dynamo.variables.builder import VariableBuilder
+
+    impl = getattr(VariableBuilder, "_type_dispatch_impl", None)
+    if impl is None or not hasattr(VariableBuilder, "wrap_tensor"):
+        raise ImportError(
+            f"lazax.dynamo does not know this torch's dynamo (torch {torch.__version__}): "
+            f"VariableBuilder._type_dispatch_impl is gone. Use lazax's lazy or compile "
+            f"mode, or a torch lazax.dynamo supports."
+        )
+    for trace_numpy in (False, True):  # the table is cached per this flag
+        table = impl(trace_numpy)
+        table[LazyTensor] = table[torch.Tensor]
+    # Read by dynamo's ``istensor`` (attribute access, guards on tensor methods).
+    config.traceable_tensor_subclasses.add(LazyTensor)
+
+
+def _skip_lazax_frames() -> None:
+    try:
+        from torch._C._dynamo.eval_frame import (
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+    except ImportError:  # pragma: no cover - older torch: skip the frame only
+        from torch._dynamo.eval_frame import skip_code
+
+        skip_code(LazyTensor.__torch_dispatch__.__func__.__code__)
+        return
+    skip_all = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    set_code_exec_strategy(LazyTensor.__torch_dispatch__.__func__.__code__, skip_all)
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _register_tensor_type()
+    _skip_lazax_frames()
+    _installed = True

@@ -1,0 +1,78 @@
+"""The backend's registration and the bridge's calling conventions."""
+
+import importlib.metadata
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import lazax.dynamo
+import lazax.executor as lx_exec
+from lazax.dynamo import GraphBridge, bridge, lazax_backend
+
+DEV = lx_exec.device()
+
+
+def test_declared_as_a_torch_dynamo_backend_entry_point():
+    points = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    assert points["lazax"].value == "lazax.dynamo:lazax_backend"
+    assert "lazax" in torch._dynamo.list_backends()
+    assert torch._dynamo.lookup_backend("lazax") is lazax_backend
+
+
+def test_backend_name_works_without_importing_lazax_dynamo():
+    script = textwrap.dedent(
+        """
+        import sys
+        import torch
+        import lazax.executor as lx
+        fn = torch.compile(lambda a: torch.cos(a) * 2.0, backend="lazax")
+        x = torch.arange(4.0)
+        torch.testing.assert_close(fn(x.to(lx.device())).cpu(), torch.cos(x) * 2.0)
+        assert "lazax.dynamo" in sys.modules
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("ok")
+
+
+def test_bridge_takes_boxed_and_unboxed_calls():
+    gm = torch.fx.symbolic_trace(lambda a, b: (torch.ops.aten.add.Tensor(a, b),))
+    compiled = bridge(gm, (torch.ones(3), torch.ones(3)))
+    assert isinstance(compiled, GraphBridge) and compiled._boxed_call
+    a, b = torch.arange(3.0).to(DEV), torch.ones(3).to(DEV)
+    (boxed,) = compiled([a, b])
+    (unboxed,) = compiled(a, b)
+    torch.testing.assert_close(boxed.cpu(), torch.arange(3.0) + 1)
+    torch.testing.assert_close(unboxed.cpu(), torch.arange(3.0) + 1)
+    assert len(compiled.replays) == 1
+
+
+def test_a_graph_that_reads_the_host_is_interpreted_and_says_why():
+    def fn(a):
+        scale = torch.ops.aten._local_scalar_dense.default(torch.ops.aten.sum.default(a))
+        return (torch.ops.aten.mul.Tensor(a, scale),)
+
+    compiled = bridge(torch.fx.symbolic_trace(fn), (torch.ones(2),))
+    x = torch.tensor([1.0, 2.0])
+    (out,) = compiled([x.to(DEV)])
+    torch.testing.assert_close(out.cpu(), x * 3.0)
+    assert "host" in compiled.broken
+    assert compiled.replays == {}
+
+
+def test_caller_tensors_are_untouched_when_tracing_fails():
+    def fn(a):
+        torch.ops.aten.add_.Tensor(a, 1.0)
+        return (torch.ops.aten.mm.default(a, a),)  # 1-d: fails while tracing on lazax
+
+    compiled = bridge(torch.fx.symbolic_trace(fn), (torch.ones(2),))
+    x = torch.tensor([1.0, 2.0]).to(DEV)
+    with pytest.raises(RuntimeError, match="must be a matrix"):
+        compiled([x])
+    torch.testing.assert_close(x.cpu(), torch.tensor([1.0, 2.0]))
+    assert lazax.dynamo.__version__
