@@ -17,7 +17,7 @@ import jax
 import torch
 from tqdm import tqdm
 
-from . import micro, training
+from . import inference, micro, training
 from .models import Decoder, DecoderConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -26,6 +26,7 @@ RUNNERS = {
     "lazy": training.run_lazy,
     "eager": training.run_eager,
     "compile": training.run_compile,
+    "dynamo": training.run_dynamo,
     "jax": training.run_jax,
 }
 
@@ -34,8 +35,14 @@ def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument(
         "--modes",
-        default="torch_cpu,lazy,eager,compile,jax",
-        help="comma list of " + ",".join(RUNNERS),
+        default="torch_cpu,lazy,eager,compile,dynamo,jax",
+        help="training modes, comma list of " + ",".join(RUNNERS),
+    )
+    p.add_argument(
+        "--inference-modes",
+        default="torch_cpu,lazy,dynamo,jax",
+        help="decoder inference modes (empty: none), comma list of "
+        + ",".join(inference.INFERENCE_RUNNERS),
     )
     p.add_argument("--steps", type=int, default=10, help="timed steps per mode")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (the first compiles)")
@@ -57,6 +64,15 @@ def main(argv=None) -> int:
     unknown = set(modes) - set(RUNNERS)
     if unknown:
         print(f"unknown modes {sorted(unknown)}; choose from {sorted(RUNNERS)}", file=sys.stderr)
+        return 2
+    inference_modes = [m for m in args.inference_modes.split(",") if m]
+    unknown = set(inference_modes) - set(inference.INFERENCE_RUNNERS)
+    if unknown:
+        print(
+            f"unknown inference modes {sorted(unknown)}; choose from "
+            f"{sorted(inference.INFERENCE_RUNNERS)}",
+            file=sys.stderr,
+        )
         return 2
     report = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -82,18 +98,24 @@ def main(argv=None) -> int:
             r = RUNNERS[mode](model, args.warmup, args.steps, bar.update)
             r["tokens_per_s"] = r["steps_per_s"] * cfg.batch * cfg.seq
             report["decoder"][mode] = r
-    ceiling = report["decoder"].get("jax", {}).get("steps_per_s")
-    for r in report["decoder"].values():
-        if ceiling:
-            r["vs_jax"] = r["steps_per_s"] / ceiling
-    decoder = report["decoder"]
-    if "eager" in decoder and "lazy" in decoder:
-        eager, lazy = decoder["eager"], decoder["lazy"]
-        eager["vs_lazy"] = eager["steps_per_s"] / lazy["steps_per_s"]
-    if "compile" in decoder and "lazy" in decoder:
-        decoder["compile"]["vs_lazy"] = (
-            decoder["compile"]["steps_per_s"] / decoder["lazy"]["steps_per_s"]
-        )
+    if inference_modes:
+        report["inference"] = {}
+        total = len(inference_modes) * (args.steps + args.warmup - 1)
+        with tqdm(total=total, desc="decoder inference", unit="call") as bar:
+            for mode in inference_modes:
+                bar.set_postfix_str(mode)
+                runner = inference.INFERENCE_RUNNERS[mode]
+                r = runner(model, args.warmup, args.steps, bar.update)
+                r["tokens_per_s"] = r["steps_per_s"] * cfg.batch * cfg.seq
+                report["inference"][mode] = r
+    for table in ("decoder", "inference"):
+        rows = report.get(table, {})
+        ceiling = rows.get("jax", {}).get("steps_per_s")
+        for r in rows.values():
+            if ceiling:
+                r["vs_jax"] = r["steps_per_s"] / ceiling
+            if "lazy" in rows:
+                r["vs_lazy"] = r["steps_per_s"] / rows["lazy"]["steps_per_s"]
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{args.name}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
@@ -127,26 +149,37 @@ def format_report(report: dict) -> str:
             f"eager op (cached): {e['lazax_eager_us']:.1f} us vs direct jitted jax call "
             f"{e['jax_direct_call_us']:.1f} us = {e['ratio']:.2f}x (target <= 3x)"
         )
-    lines.append("")
-    lines.append(
-        f"{'decoder mode':<12} {'steps/s':>9} {'tokens/s':>10} {'first step':>11} "
-        f"{'compiles':>9} {'vs jax':>7}"
-    )
-    for mode, r in report["decoder"].items():
-        vs = f"{r['vs_jax']:.2f}x" if "vs_jax" in r else "-"
+    for table, title, unit in (
+        ("decoder", "training", "steps/s"),
+        ("inference", "inference", "calls/s"),
+    ):
+        if not report.get(table):
+            continue
+        lines.append("")
         lines.append(
-            f"{mode:<12} {r['steps_per_s']:>9.2f} {r['tokens_per_s']:>10.0f} "
-            f"{r['first_step_s']:>10.2f}s {r.get('compiles', '-')!s:>9} {vs:>7}"
+            f"{title:<12} {unit:>9} {'tokens/s':>10} {'first call':>11} "
+            f"{'compiles':>9} {'vs jax':>7} {'vs lazy':>8}"
         )
-    if "vs_lazy" in report["decoder"].get("eager", {}):
-        lines.append(
-            f"eager / lazy steps/s: {report['decoder']['eager']['vs_lazy']:.2f} (target >= 0.85)"
-        )
-    if "vs_lazy" in report["decoder"].get("compile", {}):
+        for mode, r in report[table].items():
+            vs = f"{r['vs_jax']:.2f}x" if "vs_jax" in r else "-"
+            vs_lazy = f"{r['vs_lazy']:.2f}x" if "vs_lazy" in r else "-"
+            lines.append(
+                f"{mode:<12} {r['steps_per_s']:>9.2f} {r['tokens_per_s']:>10.0f} "
+                f"{r['first_step_s']:>10.2f}s {r.get('compiles', '-')!s:>9} {vs:>7} "
+                f"{vs_lazy:>8}"
+            )
+    decoder, served = report["decoder"], report.get("inference", {})
+    if "vs_lazy" in decoder.get("eager", {}):
+        lines.append(f"eager / lazy steps/s: {decoder['eager']['vs_lazy']:.2f} (target >= 0.85)")
+    if "vs_lazy" in decoder.get("compile", {}):
         lines.append(
             f"compile(step) under eager / lazy steps/s: "
-            f"{report['decoder']['compile']['vs_lazy']:.2f} (target: within 10%)"
+            f"{decoder['compile']['vs_lazy']:.2f} (target: within 10%)"
         )
+    if "vs_jax" in decoder.get("dynamo", {}):
+        lines.append(f"dynamo training / jax: {decoder['dynamo']['vs_jax']:.2f} (target >= 0.9)")
+    if "vs_jax" in served.get("dynamo", {}):
+        lines.append(f"dynamo inference / jax: {served['dynamo']['vs_jax']:.2f} (target >= 0.95)")
     return "\n".join(lines)
 
 

@@ -76,3 +76,30 @@ def test_caller_tensors_are_untouched_when_tracing_fails():
         compiled([x])
     torch.testing.assert_close(x.cpu(), torch.tensor([1.0, 2.0]))
     assert lazax.dynamo.__version__
+
+
+def test_inputs_sharing_a_storage_get_their_own_replay():
+    def fn(a, b):
+        torch.ops.aten.add_.Tensor(a, 1.0)
+        return (torch.ops.aten.mul.Tensor(b, 2.0),)
+
+    compiled = bridge(torch.fx.symbolic_trace(fn), (torch.ones(2, 2), torch.ones(2, 2)))
+    base = torch.zeros(2, 2).to(DEV)
+    (apart,) = compiled([base, torch.zeros(2, 2).to(DEV)])
+    torch.testing.assert_close(apart.cpu(), torch.zeros(2, 2))
+    (shared,) = compiled([base, base.view(2, 2)])  # b sees the write through a
+    torch.testing.assert_close(shared.cpu(), torch.full((2, 2), 4.0))
+    torch.testing.assert_close(base.cpu(), torch.full((2, 2), 2.0))
+    assert len(compiled.replays) == 2
+
+
+def test_an_output_viewing_an_input_shares_its_storage():
+    gm = torch.fx.symbolic_trace(lambda a: (torch.ops.aten.t.default(a), a.sum()))
+    compiled = bridge(gm, (torch.ones(2, 3),))
+    x = torch.arange(6.0).reshape(2, 3).to(DEV)
+    for _ in range(2):
+        view, total = compiled([x])
+    assert view._lz_storage is x._lz_storage and view.stride() == (1, 3)
+    view.mul_(10.0)
+    torch.testing.assert_close(x.cpu(), torch.arange(6.0).reshape(2, 3) * 10.0)
+    torch.testing.assert_close(total.cpu(), torch.tensor(15.0))

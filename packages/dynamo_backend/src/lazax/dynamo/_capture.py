@@ -34,24 +34,33 @@ class CaptureBroken(Exception):
 
 def signature(args, tensor_positions, sym_positions) -> tuple:
     """What a replay is specialised on: the symbolic values, each tensor argument's
-    layout, and which tensor arguments share a storage."""
-    first_of: dict[int, int] = {}
-    layout = []
-    for i in tensor_positions:
-        a = args[i]
-        if type(a) is LazyTensor:
-            layout.append(a._lz_key)
-            layout.append(first_of.setdefault(id(a._lz_storage), i))
-        else:  # a host tensor (a lifted constant): uploaded on each call
-            layout.append((tuple(a.shape), a.dtype, "host"))
-    return tuple([args[i] for i in sym_positions]), tuple(layout)
+    layout, and which tensor arguments share a storage (None: no two do)."""
+    symbols = tuple([args[i] for i in sym_positions])
+    tensors = [args[i] for i in tensor_positions]
+    try:
+        layouts = tuple([t._lz_key for t in tensors])
+        storages = [id(t._lz_storage) for t in tensors]
+    except AttributeError:  # a host tensor (a lifted constant), uploaded on each call
+        layouts = tuple(
+            [
+                t._lz_key if type(t) is LazyTensor else (tuple(t.shape), t.dtype, "host")
+                for t in tensors
+            ]
+        )
+        storages = [id(t._lz_storage) if type(t) is LazyTensor else id(t) for t in tensors]
+    sharing = None
+    if len(set(storages)) != len(storages):
+        first: dict[int, int] = {}
+        sharing = tuple([first.setdefault(s, k) for k, s in enumerate(storages)])
+    return symbols, layouts, sharing
 
 
 def _trace(gm, args, tensor_positions):
-    """Run ``gm`` on shadows of ``args``; returns (outputs, shadow storages, first-arg
-    index of each shadow storage, host inputs by arg index, recorded seeds)."""
+    """Run ``gm`` on shadows of ``args``; returns the outputs, the shadow storages with
+    the first argument on each and its device-data leaf before the trace, the host
+    inputs by argument index, and the seeds the trace took."""
     shadows = list(args)
-    storages: dict[int, tuple[Storage, int]] = {}  # id(real storage) -> (shadow, arg)
+    storages: dict[int, tuple] = {}  # id(real storage) -> (shadow, first arg, leaf)
     host: dict[int, LazyTensor] = {}
     for i in tensor_positions:
         a = args[i]
@@ -62,8 +71,8 @@ def _trace(gm, args, tensor_positions):
         known = storages.get(id(real))
         if known is None:
             data = real.value.node.data
-            shadow = Storage(ir.device_data(real.spec, data), real.device_index)
-            known = storages[id(real)] = (shadow, i)
+            leaf = ir.device_data(real.spec, data)
+            known = storages[id(real)] = (Storage(leaf, real.device_index), i, leaf)
         shadows[i] = executor.rebind(known[0], Layout(*a._lz_key))
 
     def refuse(what: str) -> None:
@@ -88,8 +97,8 @@ class Replay:
     def __init__(self, gm, args, tensor_positions) -> None:
         outputs, shadows, host, seeds = _trace(gm, args, tensor_positions)
         self.device_index = shadows[0][0].device_index if shadows else 0
-        initial = {id(s.value): (s, i) for s, i in shadows}
-        shadow_arg = {id(s): i for s, i in shadows}
+        initial = {id(leaf): i for _, i, leaf in shadows}
+        shadow_arg = {id(s): i for s, i, _ in shadows}
         new_storages: dict[int, int] = {}  # id(storage) -> root index
         roots: list = []
         recipes = []
@@ -113,8 +122,8 @@ class Replay:
                 recipes.append(("const", out, None))
         self.new_count = len(roots)
         self.mutated: list[int] = []
-        for shadow, arg in shadows:
-            if id(shadow.value) not in initial:
+        for shadow, arg, leaf in shadows:
+            if shadow.value is not leaf:
                 roots.append(shadow.value)
                 self.mutated.append(arg)
         self.recipes = recipes
@@ -131,7 +140,7 @@ class Replay:
         for slot, p in enumerate(graph.parameters):
             self.template.append(p.data)
             if id(p) in initial:
-                self.storage_slots.append((slot, initial[id(p)][1]))
+                self.storage_slots.append((slot, initial[id(p)]))
             elif id(p) in host_nodes:
                 self.host_slots.append((slot, host_nodes[id(p)]))
             elif id(p) in seed_ids:
@@ -139,8 +148,9 @@ class Replay:
         # Keep only constants: a replay must not keep the first call's inputs alive.
         for slot, _ in self.storage_slots + self.host_slots:
             self.template[slot] = None
+        # What an eviction needs to compile again: the lowered function, never the IR
+        # (which holds the first call's buffers).
         self.lowered = executor.lower_graph(graph) if roots else None
-        self.executable = None
         if roots:
             self._compile(count_as="UncachedCompile")
 
