@@ -5,7 +5,11 @@
   blocks of causal self-attention and a GELU MLP, final LayerNorm, LM head). The
   standard benchmark configuration is ``DecoderConfig()``: vocab 1024, d_model 256,
   4 heads, 2 layers, seq 128, batch 8.
-- ``make_batch`` / ``make_tokens``: deterministic fake data from a seed.
+- ``CNN``: a small ResNet-style image classifier (conv, batch norm, ReLU, max pooling,
+  residual adds, a strided downsampling conv, global average pooling, a linear head):
+  the kind of model where per-op eager execution is at its worst. ``CNNConfig()``:
+  3x32x32 images, widths 16 and 32, 10 classes, batch 32.
+- ``make_batch`` / ``make_tokens`` / ``make_images``: deterministic fake data from a seed.
 """
 
 from __future__ import annotations
@@ -17,7 +21,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["MLP", "Decoder", "DecoderConfig", "lm_loss", "make_batch", "make_tokens"]
+__all__ = [
+    "CNN",
+    "MLP",
+    "CNNConfig",
+    "Decoder",
+    "DecoderConfig",
+    "lm_loss",
+    "make_batch",
+    "make_images",
+    "make_tokens",
+]
 
 
 class MLP(nn.Module):
@@ -122,3 +136,53 @@ def make_batch(n: int, d_in: int, n_classes: int, seed: int) -> tuple[torch.Tens
     x = torch.randn(n, d_in, generator=g)
     y = torch.randint(0, n_classes, (n,), generator=g)
     return x, y
+
+
+@dataclass(frozen=True)
+class CNNConfig:
+    image: int = 32
+    width: int = 16
+    classes: int = 10
+    batch: int = 32
+
+
+def _conv_bn(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(c_out)
+    )
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.a = _conv_bn(width, width)
+        self.b = _conv_bn(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x + self.b(F.relu(self.a(x))))
+
+
+class CNN(nn.Module):
+    def __init__(self, cfg: CNNConfig | None = None) -> None:
+        super().__init__()
+        cfg = cfg or CNNConfig()
+        self.cfg = cfg
+        w = cfg.width
+        self.stem = _conv_bn(3, w)
+        self.block1 = ResidualBlock(w)
+        self.down = _conv_bn(w, 2 * w, stride=2)
+        self.block2 = ResidualBlock(2 * w)
+        self.head = nn.Linear(2 * w, cfg.classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.stem(images)), 2)
+        x = self.block1(x)
+        x = self.block2(F.relu(self.down(x)))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def make_images(cfg: CNNConfig, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randn(cfg.batch, 3, cfg.image, cfg.image, generator=g)
+    labels = torch.randint(0, cfg.classes, (cfg.batch,), generator=g)
+    return images, labels

@@ -1,0 +1,122 @@
+"""The benchmark's ratios, its table and its targets (printed, never asserted).
+
+Contract: ``add_ratios(report)`` adds to every measured row ``vs_jax`` (steps/s against
+pure JAX on the same model and phase), ``vs_lazy``, ``first_vs_jax`` (time to the first
+step against JAX's, both including compilation) and, for eager training,
+``vs_compile``. ``format_report(report)`` is the text printed at the end of a run.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TARGETS", "add_ratios", "format_report"]
+
+LAZAX_MODES = ("lazy", "eager", "compile", "dynamo")
+
+# (phase, model, mode, figure, at least) -- the issue's targets, checked on each run.
+TARGETS = [
+    ("training", "decoder", "lazy", "vs_jax", 0.85),
+    ("training", "decoder", "compile", "vs_jax", 0.9),
+    ("training", "decoder", "dynamo", "vs_jax", 0.9),
+    ("training", "decoder", "eager", "vs_compile", 0.85),
+    ("training", "cnn", "eager", "vs_compile", 0.10),
+    ("inference", "decoder", "dynamo", "vs_jax", 0.95),
+]
+FIRST_STEP_LIMIT = 1.5  # time to first step, at most this times pure JAX's
+
+
+def add_ratios(report: dict) -> None:
+    for phase in ("training", "inference"):
+        for rows in report.get(phase, {}).values():
+            ok = {m: r for m, r in rows.items() if "steps_per_s" in r}
+            jax_row, lazy = ok.get("jax"), ok.get("lazy")
+            for r in ok.values():
+                if jax_row:
+                    r["vs_jax"] = r["steps_per_s"] / jax_row["steps_per_s"]
+                    r["first_vs_jax"] = r["first_step_s"] / jax_row["first_step_s"]
+                if lazy:
+                    r["vs_lazy"] = r["steps_per_s"] / lazy["steps_per_s"]
+            if phase == "training" and "eager" in ok and "compile" in ok:
+                ok["eager"]["vs_compile"] = (
+                    ok["eager"]["steps_per_s"] / ok["compile"]["steps_per_s"]
+                )
+
+
+def _micro_lines(report: dict) -> list[str]:
+    lines = []
+    if "tracing" in report:
+        t = report["tracing"]
+        lines.append(
+            f"tracing: {t['lazax_lazy_us_per_op']:.1f} us/op lazy vs "
+            f"{t['torch_cpu_us_per_op']:.1f} us/op torch CPU = {t['ratio']:.2f}x "
+            f"(target <= {t['target_ratio']:.0f}x: {'met' if t['ratio'] <= 3 else 'missed'})"
+        )
+    if "cached_sync" in report:
+        s = report["cached_sync"]
+        lines.append(
+            f"cached sync ({s['graph_nodes']} nodes): {s['lazax_sync_us']:.1f} us vs direct jax "
+            f"call {s['jax_direct_call_us']:.1f} us after the same tracing "
+            f"({s['jax_direct_call_hot_loop_us']:.1f} us in a hot loop) = {s['ratio']:.2f}x "
+            f"(budget {s['budget_us']:.0f} us: {'met' if s['within_budget'] else 'missed'})"
+        )
+    if "eager_op" in report:
+        e = report["eager_op"]
+        lines.append(
+            f"eager op (cached): {e['lazax_eager_us']:.1f} us vs direct jitted jax call "
+            f"{e['jax_direct_call_us']:.1f} us = {e['ratio']:.2f}x "
+            f"(target <= 3x: {'met' if e['ratio'] <= 3 else 'missed'})"
+        )
+    return lines
+
+
+def _table(phase: str, model: str, rows: dict) -> list[str]:
+    unit = next((r["unit"] for r in rows.values() if "unit" in r), "items")
+    head = "steps/s" if phase == "training" else "calls/s"
+    lines = [
+        "",
+        f"{model + ' ' + phase:<20} {head:>8} {unit + '/s':>10} {'first step':>11} "
+        f"{'compiles':>8} {'peak MB':>8} {'run MB':>7} {'vs jax':>7} {'vs lazy':>8}",
+    ]
+    for mode, r in rows.items():
+        if "error" in r:
+            lines.append(f"{mode:<20} {r['error']}")
+            continue
+        vs_jax, vs_lazy = (f"{r[k]:.2f}x" if k in r else "-" for k in ("vs_jax", "vs_lazy"))
+        lines.append(
+            f"{mode:<20} {r['steps_per_s']:>8.2f} {r['items_per_s']:>10.0f} "
+            f"{r['first_step_s']:>10.2f}s {r.get('compiles', '-')!s:>8} "
+            f"{r['peak_rss_mb']:>8.0f} {r['run_rss_mb']:>7.0f} {vs_jax:>7} {vs_lazy:>8}"
+        )
+    return lines
+
+
+def _target_lines(report: dict) -> list[str]:
+    lines = ["", "targets:"]
+    for phase, model, mode, key, least in TARGETS:
+        r = report.get(phase, {}).get(model, {}).get(mode, {})
+        if key in r:
+            what = "of compile" if key == "vs_compile" else "of pure JAX"
+            verdict = "met" if r[key] >= least else "MISSED"
+            lines.append(f"  {model} {phase} {mode}: {r[key]:.2f} {what} (>= {least}): {verdict}")
+    for model, rows in report.get("training", {}).items():
+        for mode in LAZAX_MODES:
+            r = rows.get(mode, {})
+            if "first_vs_jax" in r:
+                verdict = "met" if r["first_vs_jax"] <= FIRST_STEP_LIMIT else "MISSED"
+                lines.append(
+                    f"  {model} training {mode}: first step {r['first_vs_jax']:.2f}x pure JAX's "
+                    f"(<= {FIRST_STEP_LIMIT}x): {verdict}"
+                )
+    return lines
+
+
+def format_report(report: dict) -> str:
+    lines = [
+        f"machine: {report['machine']}; device {report['device']}; "
+        f"torch {report['torch']}, jax {report['jax']}"
+    ]
+    lines += _micro_lines(report)
+    for phase in ("training", "inference"):
+        for model, rows in report.get(phase, {}).items():
+            lines += _table(phase, model, rows)
+    lines += _target_lines(report)
+    return "\n".join(lines)
