@@ -62,7 +62,7 @@ def test_a_graph_that_reads_the_host_is_interpreted_and_says_why():
     (out,) = compiled([x.to(DEV)])
     torch.testing.assert_close(out.cpu(), x * 3.0)
     assert "host" in compiled.broken
-    assert compiled.replays == {}
+    assert list(compiled.replays.values()) == [compiled.broken]  # a reason, no replay
 
 
 def test_caller_tensors_are_untouched_when_tracing_fails():
@@ -103,3 +103,32 @@ def test_an_output_viewing_an_input_shares_its_storage():
     view.mul_(10.0)
     torch.testing.assert_close(x.cpu(), torch.arange(6.0).reshape(2, 3) * 10.0)
     torch.testing.assert_close(total.cpu(), torch.tensor(15.0))
+
+
+def test_a_strided_view_input_written_in_place_writes_its_base():
+    def fn(a, b):
+        torch.ops.aten.mul_.Tensor(a, 10.0)
+        return (torch.ops.aten.add.Tensor(b, 1.0),)
+
+    compiled = bridge(torch.fx.symbolic_trace(fn), (torch.ones(3), torch.ones(2)))
+    base_cpu = torch.arange(12.0).reshape(3, 4)
+    base = base_cpu.to(DEV)
+    for _ in range(2):
+        (out,) = compiled([base[:, 1], torch.tensor([1.0, 2.0]).to(DEV)])
+        base_cpu[:, 1] *= 10.0
+        torch.testing.assert_close(base.cpu(), base_cpu)
+        torch.testing.assert_close(out.cpu(), torch.tensor([2.0, 3.0]))
+    replay = next(iter(compiled.replays.values()))
+    assert replay.mutated == [0]
+
+
+def test_a_changing_int_argument_keeps_a_bounded_number_of_replays():
+    from lazax.dynamo._bridge import MAX_SIGNATURES
+
+    gm = torch.fx.symbolic_trace(lambda a, n: (torch.ops.aten.mul.Tensor(a, n),))
+    compiled = bridge(gm, (torch.ones(2), 3))
+    x = torch.ones(2).to(DEV)
+    for n in range(MAX_SIGNATURES + 5):
+        (out,) = compiled([x, n])
+    torch.testing.assert_close(out.cpu(), torch.full((2,), float(MAX_SIGNATURES + 4)))
+    assert len(compiled.replays) == MAX_SIGNATURES

@@ -163,3 +163,19 @@ def test_graph_dump_of_pending_work():
     text = ir.dump(ir.collect([lx.ir_value(y)]))
     assert "aten::add.Tensor" in text and "aten::relu" in text and "scalar()" in text
     np.testing.assert_allclose(y.cpu().numpy(), np.maximum(x.cpu().numpy() + 2.0, 0), rtol=1e-6)
+
+
+def test_views_reinterpreting_a_complex_storage_read_and_write_through_it():
+    z = torch.tensor([1 + 2j, 3 + 4j, 5 + 6j])
+    zd = z.to(DEV)
+    real, imag, pairs = zd.real, zd.imag, torch.view_as_real(zd)
+    lx.sync()  # the storage is written: every view must re-read it
+    torch.testing.assert_close(real.cpu(), z.real)
+    torch.testing.assert_close(pairs.cpu(), torch.view_as_real(z))
+    imag.mul_(10.0)
+    real.add_(1.0)
+    expected = z.clone()
+    expected.imag.mul_(10.0)
+    expected.real.add_(1.0)
+    torch.testing.assert_close(zd.cpu(), expected)
+    torch.testing.assert_close(pairs.cpu(), torch.view_as_real(expected))

@@ -6,12 +6,15 @@ On each call it
    (``DynamoSyncInputExecuteTime``), so that the graph always starts from device data;
 2. looks up the replay for this call's signature (symbolic ints and floats, tensor
    layouts, storage sharing): a dynamic-shape graph is traced per distinct shape and a
-   shape seen before never traces or compiles again;
+   shape seen before never traces or compiles again (the latest ``MAX_SIGNATURES``
+   signatures are kept: a symbolic int that changes on every call, a step counter,
+   re-traces every call, without growing memory);
 3. on a miss, captures the graph (``_capture``): ``DynamoExtractCompiledGraph`` the first
    time, ``DynamoSpecializeGraph`` for each further signature;
 4. runs the replay: execute by hash, outputs wrapped, in-place writes copied back.
-A graph whose capture breaks (an op that has no lowering, a read to the host, a
-data-dependent shape) is interpreted on every call instead: its ops run lazily through
+A signature whose capture breaks (an op that has no lowering, a read to the host, a
+data-dependent shape, a view that reinterprets its storage's dtype, a CPU tensor input
+with dimensions) is interpreted on every call instead: its ops run lazily through
 the tensor layer, the op without a lowering through the CPU fallback (counted under its
 ``aten::`` name), and the rest as graphs around it; each such call is counted as
 ``DynamoInterpretedGraph``.
@@ -20,6 +23,7 @@ Eager mode is off while the bridge works: a compiled graph runs as one graph.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from time import perf_counter
 
 import torch
@@ -32,6 +36,8 @@ from ._capture import CaptureBroken, Replay, signature
 __all__ = ["GraphBridge", "bridge"]
 
 _DEVICE_DATA = ir.DEVICE_DATA
+# Signatures kept per FX graph (most recently used first out when full).
+MAX_SIGNATURES = 64
 
 
 class GraphBridge:
@@ -48,10 +54,9 @@ class GraphBridge:
         self.sym_positions = [
             i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)
         ]
-        self.replays: dict[tuple, Replay] = {}
+        # Signature -> Replay, or the reason (a str) that signature is interpreted.
+        self.replays: OrderedDict[tuple, Replay | str] = OrderedDict()
         self.traced = False
-        # Why this graph is interpreted rather than replayed (None: it is replayed).
-        self.broken: str | None = None
 
     def __call__(self, *args):
         # AOTAutograd calls boxed (one list: ``_boxed_call``) where it can, and unboxed
@@ -60,20 +65,36 @@ class GraphBridge:
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
         self._sync_pending_inputs(args)
-        if self.broken is not None:
-            return self._interpret(args)
         key = signature(args, self.tensor_positions, self.sym_positions)
         replay = self.replays.get(key)
         if replay is None:
-            metrics.bump("DynamoSpecializeGraph" if self.traced else "DynamoExtractCompiledGraph")
-            self.traced = True
-            try:
-                replay = Replay(self.gm, args, self.tensor_positions)
-            except CaptureBroken as why:
-                self.broken = str(why)
-                return self._interpret(args)
-            self.replays[key] = replay
+            replay = self._capture(key, args)
+        else:
+            self.replays.move_to_end(key)
+        if type(replay) is str:
+            return self._interpret(args)
         return replay.run(args)
+
+    @property
+    def broken(self) -> str | None:
+        """Why the latest interpreted signature could not be replayed (None: none is)."""
+        reasons = [r for r in self.replays.values() if type(r) is str]
+        return reasons[-1] if reasons else None
+
+    def _capture(self, key: tuple, args):
+        counter = "DynamoSpecializeGraph" if self.traced else "DynamoExtractCompiledGraph"
+        try:
+            replay = Replay(self.gm, args, self.tensor_positions)
+        except CaptureBroken as why:
+            replay = str(why)
+        metrics.bump(counter)
+        self.traced = True
+        self.replays[key] = replay
+        if len(self.replays) > MAX_SIGNATURES:
+            # A value that changes on every call (a step counter passed as an int)
+            # must not grow this without bound; the executables stay in the LRU cache.
+            self.replays.popitem(last=False)
+        return replay
 
     def _sync_pending_inputs(self, args) -> None:
         pending = None

@@ -1,18 +1,22 @@
 """Capturing one FX graph, at one set of input layouts and symbolic values, for replay.
 
-Contract: ``Replay(gm, args, tensor_positions)`` traces ``gm`` once through lazax tensors that stand
-in for its tensor arguments (shadows over the same device data: the caller's tensors are
-never touched, even if the trace fails), collects the IR of the outputs and of the
-arguments the graph writes in place, lowers and compiles it (the cache is warmed; nothing
-executes). ``Replay.run(args)`` runs the graph on new arguments
-of the same layouts with no FX interpretation, no aten dispatch, no IR and no hashing:
+Contract: ``Replay(gm, args, tensor_positions)`` traces ``gm`` once through lazax
+tensors that stand in for its tensor arguments (shadows over the same device data: the
+caller's tensors are never touched, even if the trace fails), collects the IR of the
+outputs and of the arguments the graph writes in place, lowers and compiles it (the
+cache is warmed; nothing executes). ``Replay.run(args)`` runs the graph on new
+arguments of the same layouts with no FX interpretation, no aten dispatch and no
+hashing (the only IR built is a view node for each output that is a strided view):
 gather the input buffers, execute the cached executable by hash (lowering it again if it
 was evicted), wrap the outputs, write the mutated arguments back.
 
 A graph is replayable only if tracing it runs nothing: a CPU fallback, a read to the
 host or a data-dependent shape would bake a value of this call into every later one.
-Any of those raises ``CaptureBroken`` (naming what happened) before it runs; the bridge
-then interprets that FX graph on every call instead.
+Any of those raises ``CaptureBroken`` (naming what happened) before it runs, as do what
+a replay cannot express: a CPU input with dimensions or written in place, a CPU output,
+a view that reinterprets its storage's dtype. The bridge then interprets that signature
+on every call instead. The trace leaves the device RNG as it found it: the replay draws
+the call's seeds itself, in the order the ops took them.
 """
 
 from __future__ import annotations
@@ -55,18 +59,30 @@ def signature(args, tensor_positions, sym_positions) -> tuple:
     return symbols, layouts, sharing
 
 
+def _reinterprets(t: LazyTensor) -> bool:
+    """A view whose dtype is not its storage's (``.real``, ``view_as_real``): its
+    layout is in other units than the storage's, which a replay cannot re-read."""
+    return t._lz_view is not None and t._lz_value.spec.dtype != t._lz_storage.spec.dtype
+
+
 def _trace(gm, args, tensor_positions):
     """Run ``gm`` on shadows of ``args``; returns the outputs, the shadow storages with
-    the first argument on each and its device-data leaf before the trace, the host
-    inputs by argument index, and the seeds the trace took."""
+    the first argument on each and its device-data leaf before the trace, the uploaded
+    0-dim host inputs as (argument index, leaf), and the seeds the trace took in order.
+    The device RNG is left where it was: the replay draws this call's seeds itself."""
     shadows = list(args)
     storages: dict[int, tuple] = {}  # id(real storage) -> (shadow, first arg, leaf)
-    host: dict[int, LazyTensor] = {}
+    host: list[tuple[int, object, LazyTensor]] = []
     for i in tensor_positions:
         a = args[i]
         if type(a) is not LazyTensor:
-            shadows[i] = host[i] = a.to(executor.device())
+            if a.dim() != 0:
+                raise CaptureBroken(f"input {i} is a {a.device} tensor with dimensions")
+            shadows[i] = a.to(executor.device())
+            host.append((i, shadows[i]._lz_storage.value, shadows[i]))
             continue
+        if _reinterprets(a):
+            raise CaptureBroken(f"input {i} is a view with another dtype than its storage")
         real = a._lz_storage
         known = storages.get(id(real))
         if known is None:
@@ -79,7 +95,7 @@ def _trace(gm, args, tensor_positions):
         raise CaptureBroken(what)
 
     seeds: list = []
-    saved = (EXECUTOR.eager, EXECUTOR.capture_guard, RNG.recorder)
+    saved = (EXECUTOR.eager, EXECUTOR.capture_guard, RNG.recorder, RNG.counter)
     EXECUTOR.eager = False
     EXECUTOR.capture_guard = refuse
     RNG.recorder = seeds
@@ -87,8 +103,11 @@ def _trace(gm, args, tensor_positions):
         with torch.no_grad():
             outputs = gm(*shadows)
     finally:
-        EXECUTOR.eager, EXECUTOR.capture_guard, RNG.recorder = saved
-    return outputs, list(storages.values()), host, seeds
+        EXECUTOR.eager, EXECUTOR.capture_guard, RNG.recorder, RNG.counter = saved
+    for i, leaf, shadow in host:
+        if shadow._lz_storage.value is not leaf:
+            raise CaptureBroken(f"the graph writes to input {i}, a {args[i].device} tensor")
+    return outputs, list(storages.values()), [(i, leaf) for i, leaf, _ in host], seeds
 
 
 class Replay:
@@ -105,6 +124,8 @@ class Replay:
         single = not isinstance(outputs, (tuple, list))
         for out in [outputs] if single else outputs:
             if type(out) is LazyTensor:
+                if _reinterprets(out):
+                    raise CaptureBroken("an output is a view with another dtype than its storage")
                 storage = out._lz_storage
                 layout = Layout(*out._lz_key)
                 arg = shadow_arg.get(id(storage))
@@ -117,7 +138,8 @@ class Replay:
                     roots.append(storage.value)
                 recipes.append(("new", index, layout))
             elif isinstance(out, torch.Tensor):
-                recipes.append(("host", out.clone(), None))
+                # Computed on the host during the trace: it may depend on the inputs.
+                raise CaptureBroken(f"an output is a {out.device} tensor")
             else:
                 recipes.append(("const", out, None))
         self.new_count = len(roots)
@@ -131,8 +153,8 @@ class Replay:
         self.root_specs = [r.spec for r in roots]
         graph = ir.collect(roots, salt=EXECUTOR.device_salt_hash)
         self.hash = graph.hash
-        seed_ids = {id(s) for s in seeds}
-        host_nodes = {id(t._lz_storage.value): i for i, t in host.items()}
+        seed_order = {id(s): k for k, s in enumerate(seeds)}
+        host_nodes = {id(leaf): i for i, leaf in host}
         self.template: list = []
         self.storage_slots: list[tuple[int, int]] = []
         self.host_slots: list[tuple[int, int]] = []
@@ -143,8 +165,10 @@ class Replay:
                 self.storage_slots.append((slot, initial[id(p)]))
             elif id(p) in host_nodes:
                 self.host_slots.append((slot, host_nodes[id(p)]))
-            elif id(p) in seed_ids:
+            elif id(p) in seed_order:
                 self.seed_slots.append(slot)
+        # Seeds drawn in the order the ops took them, as lazy mode draws them.
+        self.seed_slots.sort(key=lambda slot: seed_order[id(graph.parameters[slot])])
         # Keep only constants: a replay must not keep the first call's inputs alive.
         for slot, _ in self.storage_slots + self.host_slots:
             self.template[slot] = None
@@ -175,8 +199,6 @@ class Replay:
                 results.append(executor.rebind(outputs[ref], layout))
             elif kind == "input":
                 results.append(executor.rebind(args[ref]._lz_storage, layout))
-            elif kind == "host":
-                results.append(ref.clone())
             else:
                 results.append(ref)
         return results[0] if self.single else results

@@ -161,6 +161,8 @@ class GraphExecutor:
 
     def run_graph(self, roots: list[ir.Value]) -> list[ir.Value]:
         """Compile (or find) and execute the graph of ``roots``; device-data values."""
+        if self.capture_guard is not None:  # before hooks and counters see a graph
+            self.capture_guard("an execution")
         graph = ir.collect(roots, salt=self.device_salt_hash)
         for hook in self.graph_hooks:
             hook(self.graph_name, graph)

@@ -42,8 +42,8 @@ def _device_index(args) -> int:
 
 def fallback(func, args, kwargs):
     name = func._schema.name.split("::")[-1]
-    metrics.bump(f"aten::{name}")
     EXECUTOR.check_execution_allowed(f"a CPU fallback of aten::{name}")
+    metrics.bump(f"aten::{name}")  # counted only once it is allowed to run
     cpu_args = [_to_cpu_arg(a) for a in args]
     cpu_kwargs = {k: _to_cpu_arg(v) for k, v in kwargs.items()}
     out = func(*cpu_args, **cpu_kwargs)

@@ -36,9 +36,36 @@ def _positions(size, stride, offset) -> np.ndarray:
     return index.reshape(-1)
 
 
+def _as_units(flat, dtype):
+    """``flat`` (1-d) read as elements of ``dtype``: how torch lays out a view that
+    reinterprets its storage (``.real``/``.imag``/``view_as_real`` of a complex tensor,
+    ``x.view(torch.int32)`` of a float32 one)."""
+    if flat.dtype == dtype:
+        return flat
+    if jnp.issubdtype(flat.dtype, jnp.complexfloating) and not jnp.issubdtype(
+        dtype, jnp.complexfloating
+    ):
+        return _as_units(jnp.stack([flat.real, flat.imag], axis=-1).reshape(-1), dtype)
+    return lax.bitcast_convert_type(flat, dtype).reshape(-1)
+
+
+def _from_units(units, dtype, shape):
+    """The inverse of ``_as_units``: the storage (of ``dtype`` and ``shape``) again."""
+    if units.dtype == dtype:
+        return units.reshape(shape)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        part = jnp.finfo(dtype).dtype
+        pairs = _as_units(units, part).reshape(-1, 2)
+        return lax.complex(pairs[:, 0], pairs[:, 1]).astype(dtype).reshape(shape)
+    ratio = jnp.dtype(dtype).itemsize // units.dtype.itemsize
+    if ratio > 1:
+        units = units.reshape(-1, ratio)
+    return lax.bitcast_convert_type(units, dtype).reshape(shape)
+
+
 @lowering("lazax::view_gather")
 def view_gather(ctx, base, size, stride, offset):
-    flat = base.reshape(-1)
+    flat = _as_units(base.reshape(-1), ctx.dtype)
     n = math.prod(size)
     if _contiguous(size, stride):
         return lax.slice(flat, (offset,), (offset + n,)).reshape(size)
@@ -47,11 +74,14 @@ def view_gather(ctx, base, size, stride, offset):
 
 @lowering("lazax::view_scatter")
 def view_scatter(ctx, base, value, size, stride, offset):
-    flat = base.reshape(-1)
-    value = value.astype(base.dtype).reshape(-1)
+    # ``value`` has the view's dtype; unlike the base's, it reinterprets the storage.
+    flat = _as_units(base.reshape(-1), value.dtype)
+    value = value.reshape(-1)
     if _contiguous(size, stride):
-        return lax.dynamic_update_slice(flat, value, (offset,)).reshape(base.shape)
-    return flat.at[_positions(size, stride, offset)].set(value).reshape(base.shape)
+        flat = lax.dynamic_update_slice(flat, value, (offset,))
+    else:
+        flat = flat.at[_positions(size, stride, offset)].set(value)
+    return _from_units(flat, base.dtype, base.shape)
 
 
 @lowering("lazax::copy_to")
@@ -61,6 +91,12 @@ def copy_to(ctx, value, shape, dtype):
 
 @lowering(aten._to_copy.default, aten.clone.default, aten.lift_fresh_copy.default)
 def to_copy(ctx, x, **kwargs):
+    return x.astype(ctx.dtype)
+
+
+# AOTAutograd graphs cast a Python float argument (a 0-dim CPU float64 tensor) this way.
+@lowering(torch.ops.prims.convert_element_type.default)
+def convert_element_type(ctx, x, dtype):
     return x.astype(ctx.dtype)
 
 
