@@ -180,13 +180,14 @@ class Replay:
 
     def _compile(self, count_as: str):
         cache = EXECUTOR.cache
-        entry = cache.get(self.hash)
+        key = EXECUTOR.keys.memory_key(self.hash)
+        entry = cache.get(key)
         if entry is None:
             metrics.bump(count_as)
             fn, arg_specs = self.lowered
             with metrics.timed("CompileTime"):
-                entry = EXECUTOR.runtime.compile(fn, arg_specs)
-            cache.put(self.hash, entry)
+                entry = EXECUTOR.compile_executable(fn, arg_specs)
+            cache.put(key, entry)
         else:
             metrics.bump("CachedCompile")
         return entry
@@ -211,8 +212,7 @@ class Replay:
             params[slot] = executor.from_cpu(args[i]).data
         for slot in self.seed_slots:
             params[slot] = np.int64(RNG.next_key())
-        cache = EXECUTOR.cache
-        entry = cache.get(self.hash)
+        entry = EXECUTOR.cache.get(EXECUTOR.keys.memory_key(self.hash))
         if entry is None:
             # Evicted from the LRU: lower again, never an error (torch_xla stops here).
             entry = self._compile(count_as="DynamoRecompileAfterEviction")

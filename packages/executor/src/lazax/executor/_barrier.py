@@ -22,6 +22,7 @@ the storage version), which is all an op's fresh outputs need.
 from __future__ import annotations
 
 import os
+import warnings
 from time import perf_counter
 
 import numpy as np
@@ -32,6 +33,7 @@ from lazax import ir, pjrt
 
 from . import metrics
 from ._dtypes import dtype_name, torch_dtype
+from ._keys import KeyParts, RecompileLog
 from ._lowering import lower
 from ._tensor import PENDING, LazyTensor, Storage, ir_value
 
@@ -56,10 +58,43 @@ class GraphExecutor:
         # description before anything would run or read device data, so that a capture
         # never bakes a value computed during tracing into the replayed graph.
         self.capture_guard = None
+        self._keys: KeyParts | None = None
+        self._persistent_checked = False
+        self.recompiles = RecompileLog()
 
     @property
     def runtime(self) -> pjrt.PjrtRuntime:
-        return pjrt.runtime()
+        runtime = pjrt.runtime()
+        if not self._persistent_checked:
+            self._persistent_checked = True
+            path, read_only = lazax_cache.persistent_cache_settings()
+            if path is not None:
+                self.set_persistent_cache_dir(path, read_only, runtime)
+        return runtime
+
+    def set_persistent_cache_dir(self, path, read_only: bool = False, runtime=None) -> bool:
+        """Use ``path`` as the persistent tier (see ``lazax.cache``); False (with a
+        warning) if it cannot be used. Before the first compile only."""
+        self._persistent_checked = True
+        where = lazax_cache.prepare_directory(path, read_only)
+        if where is None:
+            return False
+        (runtime or pjrt.runtime()).use_persistent_cache(str(where), read_only)
+        return True
+
+    def compile_executable(self, fn, arg_specs):
+        """``runtime.compile``, with the persistent tier's outcome counted:
+        ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
+        (corrupt, truncated, foreign) as ``PersistentCacheLoadFailure`` and a warning."""
+        entry = self.runtime.compile(fn, arg_specs)
+        if entry.persistent == "hit":
+            metrics.bump("PersistentCacheHit")
+        elif entry.persistent == "miss":
+            metrics.bump("PersistentCacheMiss")
+        for failure in entry.load_failures:
+            metrics.bump("PersistentCacheLoadFailure")
+            warnings.warn(f"lazax: recompiled after {failure}", RuntimeWarning, stacklevel=3)
+        return entry
 
     @property
     def cache(self) -> lazax_cache.ComputationCache:
@@ -73,6 +108,21 @@ class GraphExecutor:
         self._cache = None
         if capacity is not None:
             self.cache.resize(capacity)
+
+    @property
+    def keys(self) -> KeyParts:
+        """Builds this executor's cache keys (see ``_keys``)."""
+        if self._keys is None:
+            self._keys = KeyParts(self.runtime, self.device_salt_hash)
+        return self._keys
+
+    def compile_site(self) -> tuple[str, str]:
+        """(site, frame) of a compile: the graph name if set, else the user's code
+        location; the frame is the user's innermost one outside lazax and torch."""
+        from ._debug import user_location
+
+        frame = user_location()
+        return (self.graph_name or frame), frame
 
     @property
     def device_salt(self) -> str:
@@ -171,14 +221,17 @@ class GraphExecutor:
         eager = self.eager
         runtime = self.runtime
         cache = self.cache
-        entry = cache.get(graph.hash)
+        key = self.keys.memory_key(graph.hash)
+        entry = cache.get(key)
         if entry is None:
             metrics.bump("UncachedCompile")
             self.check_execution_allowed("a compile", graph)
+            if not eager:  # eager compiles per op shape: every new shape is expected
+                self.recompiles.on_compile(*self._site(graph))
             with metrics.timed("EagerOpCompileTime" if eager else "CompileTime"):
                 fn, arg_specs = lower(graph)
-                entry = runtime.compile(fn, arg_specs)
-            cache.put(graph.hash, entry)
+                entry = self.compile_executable(fn, arg_specs)
+            cache.put(key, entry)
         else:
             metrics.bump("CachedCompile")
             self.check_execution_allowed("an execution", graph)
@@ -187,6 +240,10 @@ class GraphExecutor:
         outputs = runtime.execute(entry, args)
         metrics.record("EagerOpExecuteTime" if eager else "ExecuteTime", perf_counter() - start)
         return [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
+
+    def _site(self, graph: ir.Graph):
+        site, frame = self.compile_site()
+        return site, graph, self.keys.cache_key(graph), frame
 
     def check_execution_allowed(self, what: str, graph: ir.Graph | None = None) -> None:
         """Inside ``compile(full_graph=True)``: report and raise before anything runs.

@@ -22,7 +22,7 @@ import torch
 
 from lazax import ir
 
-__all__ = ["GraphCountSession", "unexpected_execution", "user_frames"]
+__all__ = ["GraphCountSession", "unexpected_execution", "user_frames", "user_location"]
 
 _TORCH_ROOT = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _STDLIB_ROOT = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
@@ -38,6 +38,12 @@ def _is_library(filename: str) -> bool:
 def user_frames() -> list[traceback.FrameSummary]:
     """The current Python stack, innermost first."""
     return list(reversed(traceback.extract_stack()[:-1]))
+
+
+def user_location() -> str:
+    """``file:line (in function)`` of the innermost frame outside lazax and torch."""
+    user = next((f for f in user_frames() if not _is_library(f.filename)), None)
+    return f"{user.filename}:{user.lineno} (in {user.name})" if user else "<unknown>"
 
 
 def unexpected_execution(cause: str, graph_name: str | None, graph: ir.Graph | None):

@@ -3,7 +3,8 @@
 Contract: ``counter(name)`` / ``bump(name, n)`` count events; ``timed(name)`` is a
 context manager that adds one sample (seconds) to metric ``name``. ``counter_value``
 of an unknown name is None (as torch_xla); ``metric_data(name)`` is
-``(count, total_seconds, recent_samples)``. ``clear_all`` resets everything.
+``(count, total_seconds, recent_samples)``. ``recompile_reports()`` says why each
+recent recompile happened. ``clear_all`` resets everything.
 Counter bumps are a dict update: cheap enough for per-op paths.
 """
 
@@ -14,6 +15,7 @@ from collections import deque
 from contextlib import contextmanager
 
 __all__ = [
+    "add_recompile_report",
     "bump",
     "clear_all",
     "counter_names",
@@ -22,6 +24,7 @@ __all__ = [
     "metric_names",
     "metrics_report",
     "record",
+    "recompile_reports",
     "short_metrics_report",
     "timed",
 ]
@@ -29,6 +32,7 @@ __all__ = [
 _COUNTERS: dict[str, int] = {}
 _METRICS: dict[str, list] = {}  # name -> [count, total, deque of recent samples]
 _SAMPLES_KEPT = 1024
+_RECOMPILES: deque = deque(maxlen=_SAMPLES_KEPT)  # why each recompile happened, newest last
 
 
 def bump(name: str, n: int = 1) -> None:
@@ -72,9 +76,19 @@ def metric_data(name: str) -> tuple[int, float, list[float]] | None:
     return entry[0], entry[1], list(entry[2])
 
 
+def add_recompile_report(text: str) -> None:
+    _RECOMPILES.append(text)
+
+
+def recompile_reports() -> list[str]:
+    """Why each recent recompile happened (the latest 1024), oldest first."""
+    return list(_RECOMPILES)
+
+
 def clear_all() -> None:
     _COUNTERS.clear()
     _METRICS.clear()
+    _RECOMPILES.clear()
 
 
 def _fmt_seconds(s: float) -> str:

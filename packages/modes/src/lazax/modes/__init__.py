@@ -25,6 +25,7 @@ __all__ = [
     "eager_mode_context",
     "is_eager_mode",
     "metrics",
+    "set_persistent_cache_dir",
     "sync",
     "sync_tensors",
 ]
@@ -54,6 +55,16 @@ def sync(wait: bool = False) -> None:
     ``.cpu()``, ``print``) waits for it.
     """
     _executor.sync(wait=wait)
+
+
+def set_persistent_cache_dir(path, read_only: bool = False) -> bool:
+    """Keep compiled graphs in ``path`` across processes (a restarted job compiles
+    nothing it compiled before); ``read_only`` for a shared cache that others fill.
+    Same as ``LAZAX_PERSISTENT_CACHE_DIR`` / ``LAZAX_PERSISTENT_CACHE_READ_ONLY``. Call it
+    before anything runs on the device. Returns False, with a warning, when the directory
+    cannot be used (the run goes on without it). A directory it creates is private to
+    the user."""
+    return _executor.EXECUTOR.set_persistent_cache_dir(path, read_only)
 
 
 def sync_tensors(tensors, wait: bool = False) -> None:

@@ -6,6 +6,10 @@
 ``EagerOpCompileTime``, ``EagerOpExecuteTime``, ``CachedCompile``, ``UncachedCompile``,
 ``TransferToDeviceTime``, ``TransferFromDeviceTime``, ``CacheEvictions``, and
 ``aten::<op>`` for every op that ran through the CPU fallback.
+``recompile_reports()``: why each recent recompile happened (a graph name or code
+location compiling a graph again), e.g. "input 0 shape changed from (8, 128) to
+(8, 96) at train.py:42 (in step)"; ``LAZAX_DEBUG_RECOMPILES=1`` prints them as they
+happen.
 """
 
 from lazax.executor.metrics import (
@@ -15,6 +19,7 @@ from lazax.executor.metrics import (
     metric_data,
     metric_names,
     metrics_report,
+    recompile_reports,
     short_metrics_report,
 )
 
@@ -25,5 +30,6 @@ __all__ = [
     "metric_data",
     "metric_names",
     "metrics_report",
+    "recompile_reports",
     "short_metrics_report",
 ]

@@ -17,6 +17,8 @@ jax runs with ``jax_enable_x64`` so int64 and float64 stay what torch made them.
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,16 +48,37 @@ def numpy_dtype(name: str):
 class Executable:
     """A compiled program bound to one device."""
 
-    __slots__ = ("compiled", "device", "num_outputs", "text")
+    __slots__ = ("compiled", "device", "num_outputs", "text", "persistent", "load_failures")
 
     def __init__(self, compiled: Any, device: Any, num_outputs: int) -> None:
         self.compiled = compiled
         self.device = device
         self.num_outputs = num_outputs
+        # With a persistent cache: "hit" (loaded, not compiled) or "miss"; else None.
+        self.persistent: str | None = None
+        # Persistent-cache entries that could not be read (and were compiled instead).
+        self.load_failures: list[str] = []
 
     def as_text(self) -> str:
         """The optimized HLO, for debugging."""
         return self.compiled.as_text()
+
+
+_PERSISTENT_EVENTS = {"hits": 0}
+_listening = False
+
+
+def _listen_to_persistent_cache() -> None:
+    global _listening
+    if _listening:
+        return
+
+    def on_event(event: str, **kwargs) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            _PERSISTENT_EVENTS["hits"] += 1
+
+    jax.monitoring.register_event_listener(on_event)
+    _listening = True
 
 
 class PjrtRuntime:
@@ -66,6 +89,9 @@ class PjrtRuntime:
         self.devices = jax_devices(self.platform)
         self.default_device = self.devices[0]
         self._faults: dict[str, BaseException] = {}
+        self._compiled = False
+        # (directory, read_only) once use_persistent_cache() has been called.
+        self.persistent_cache: tuple[str, bool] | None = None
         self._shardings = {d: SingleDeviceSharding(d) for d in self.devices}
 
     # -- test hook -------------------------------------------------------------
@@ -81,6 +107,25 @@ class PjrtRuntime:
                 raise error
 
     # -- interface ---------------------------------------------------------------
+    def compile_options(self) -> tuple[tuple[str, object], ...]:
+        """Everything besides the program that changes what ``compile`` produces: read on
+        every call (a user may change a jax option between two compiles)."""
+        config = jax.config
+        return (
+            ("x64", config.jax_enable_x64),
+            ("matmul_precision", config.jax_default_matmul_precision),
+            ("xla_flags", os.environ.get("XLA_FLAGS", "")),
+            ("platform", self.platform),
+        )
+
+    def versions(self) -> dict[str, str]:
+        """The versions of what turns a jax function into an executable."""
+        import jaxlib
+
+        from ._version import __version__
+
+        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "lazax-pjrt": __version__}
+
     def device_kind(self) -> str:
         return f"{self.platform}:{self.default_device.device_kind}:{len(self.devices)}"
 
@@ -91,6 +136,32 @@ class PjrtRuntime:
     def to_host(self, buffer: jax.Array) -> np.ndarray:
         self._check_fault("to_host")
         return np.asarray(buffer)
+
+    def use_persistent_cache(self, path: str, read_only: bool = False) -> None:
+        """Keep compiled executables in ``path`` across processes, through jax's own
+        persistent compilation cache (serialized executables; a corrupt or foreign
+        entry is a warning there and a recompile). ``read_only``: load, never write.
+        Must come before this runtime's first compile."""
+        if self._compiled:
+            raise RuntimeError(
+                "lazax: the persistent compilation cache must be set before the first "
+                "compile; set LAZAX_PERSISTENT_CACHE_DIR, or call set_persistent_cache_dir "
+                "before running anything on the device."
+            )
+        from jax.experimental.compilation_cache import compilation_cache
+
+        _listen_to_persistent_cache()
+        jax.config.update("jax_compilation_cache_dir", str(path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        # Every lazax graph is worth keeping (-1: no size floor, and no filesystem-based
+        # override of it); read-only: no entry is big enough to be written.
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 2**62 if read_only else -1)
+        # XLA's side caches live under the cache directory and their paths enter the
+        # compile options, hence the key: a cache copied or mounted elsewhere would never
+        # hit. lazax keeps keys independent of where the directory is.
+        jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
+        compilation_cache.reset_cache()  # jax may have opened a cache (or none) already
+        self.persistent_cache = (str(path), read_only)
 
     def compile(
         self,
@@ -106,7 +177,23 @@ class PjrtRuntime:
         ]
         lowered = jax.jit(fn).lower(*avals)
         num_outputs = len(lowered.out_info)
-        return Executable(lowered.compile(), device or self.default_device, num_outputs)
+        self._compiled = True
+        if self.persistent_cache is None:
+            return Executable(lowered.compile(), device or self.default_device, num_outputs)
+        hits = _PERSISTENT_EVENTS["hits"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled = lowered.compile()
+        failures = []
+        for w in caught:
+            if "persistent compilation cache" in str(w.message):
+                failures.append(str(w.message))
+            else:  # not ours to swallow
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        executable = Executable(compiled, device or self.default_device, num_outputs)
+        executable.persistent = "hit" if _PERSISTENT_EVENTS["hits"] > hits else "miss"
+        executable.load_failures = failures
+        return executable
 
     def execute(self, executable: Executable, args: Sequence[Any]) -> tuple[jax.Array, ...]:
         self._check_fault("execute")
