@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -67,6 +68,11 @@ def _parse(argv):
     p.add_argument("--cnn-image", type=int, default=32, help="CNN image side")
     p.add_argument("--cnn-batch", type=int, default=32, help="CNN batch")
     p.add_argument("--skip-micro", action="store_true")
+    p.add_argument(
+        "--skip-restart",
+        action="store_true",
+        help="skip the cold/warm first step of lazy decoder training with a persistent cache",
+    )
     p.add_argument("--name", default="latest", help="results file name (without suffix)")
     return p.parse_args(argv)
 
@@ -81,13 +87,14 @@ def _sizes(args) -> dict:
     }  # fmt: skip
 
 
-def _measure(spec: dict, bar) -> dict:
+def _measure(spec: dict, bar, env: dict | None = None) -> dict:
     """Run one worker; its progress ticks move ``bar``; peak RSS from the kernel."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks._worker", json.dumps(spec)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
     result = None
     for line in proc.stdout:
@@ -102,6 +109,27 @@ def _measure(spec: dict, bar) -> dict:
     result["peak_rss_mb"] = usage.ru_maxrss / 1024
     result["run_rss_mb"] = result["peak_rss_mb"] - result.pop("start_rss_mb")
     return result
+
+
+def _restart(sizes: dict, bar) -> dict:
+    """Lazy decoder training started twice on one persistent cache directory: the first
+    step's time cold (compiles and fills it) and warm (loads what the first run wrote)."""
+    bar.set_description("decoder restart (persistent cache)")
+    spec = {
+        "workload": "decoder", "sizes": sizes, "phase": "training", "mode": "lazy",
+        "warmup": 1, "steps": 2,
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="lazax-bench-cache-") as cache_dir:
+        env = {**os.environ, "LAZAX_PERSISTENT_CACHE_DIR": cache_dir}
+        cold, warm = _measure(spec, bar, env), _measure(spec, bar, env)
+    if "error" in cold or "error" in warm:
+        return {"error": cold.get("error") or warm.get("error")}
+    return {
+        "cold_first_step_s": cold["first_step_s"],
+        "warm_first_step_s": warm["first_step_s"],
+        "warm_persistent_hits": warm.get("persistent_hits", 0),
+        "warm_persistent_misses": warm.get("persistent_misses", 0),
+    }
 
 
 def main(argv=None) -> int:
@@ -129,7 +157,9 @@ def main(argv=None) -> int:
         report["cached_sync"] = micro.cached_sync()
         report["eager_op"] = micro.eager_op()
     jobs = [(phase, model, mode) for phase, modes in phases for model in models for mode in modes]
-    with tqdm(total=len(jobs) * (args.warmup + args.steps), unit="step") as bar:
+    restart = not args.skip_restart and "decoder" in models
+    total = len(jobs) * (args.warmup + args.steps) + (2 * (1 + 2) if restart else 0)
+    with tqdm(total=total, unit="step") as bar:
         for phase, model, mode in jobs:
             bar.set_description(f"{model} {phase} {mode}")
             spec = {
@@ -137,6 +167,8 @@ def main(argv=None) -> int:
                 "warmup": args.warmup, "steps": args.steps,
             }  # fmt: skip
             report.setdefault(phase, {}).setdefault(model, {})[mode] = _measure(spec, bar)
+        if restart:
+            report["restart"] = _restart(sizes["decoder"], bar)
     add_ratios(report)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{args.name}.json"

@@ -35,6 +35,11 @@ def main(spec_text: str) -> int:
     result["unit"] = work.unit
     result["start_rss_mb"] = start_kb / 1024
     result["device_peak_mb"] = _device_peak_mb()
+    if "lazax.modes" in sys.modules:
+        from lazax.modes import metrics
+
+        result["persistent_hits"] = metrics.counter_value("PersistentCacheHit") or 0
+        result["persistent_misses"] = metrics.counter_value("PersistentCacheMiss") or 0
     print("result " + json.dumps(result), flush=True)
     return 0
 

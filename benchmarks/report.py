@@ -118,5 +118,13 @@ def format_report(report: dict) -> str:
     for phase in ("training", "inference"):
         for model, rows in report.get(phase, {}).items():
             lines += _table(phase, model, rows)
+    restart = report.get("restart")
+    if restart and "error" not in restart:
+        lines.append(
+            f"\nrestart with a persistent cache (lazy decoder training): first step "
+            f"{restart['cold_first_step_s']:.2f} s cold, {restart['warm_first_step_s']:.2f} s "
+            f"warm ({restart['warm_persistent_hits']} executables loaded, "
+            f"{restart['warm_persistent_misses']} compiled)"
+        )
     lines += _target_lines(report)
     return "\n".join(lines)

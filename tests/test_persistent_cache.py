@@ -101,3 +101,16 @@ def test_read_only_loads_but_never_writes(warm, tmp_path):
     assert fresh["PersistentCacheMiss"] == fresh["UncachedCompile"] > 0
     assert list(empty.iterdir()) == []
     assert sorted(p.name for p in cache_dir.iterdir()) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory, whatever its mode")
+def test_an_unreadable_directory_warns_and_runs_without_it(warm, tmp_path):
+    _, first = warm
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o000)
+    try:
+        run, stderr = _run(locked)
+    finally:
+        locked.chmod(0o700)
+    assert "cannot be used" in stderr
+    assert run["losses"] == first["losses"]

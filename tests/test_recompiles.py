@@ -116,3 +116,13 @@ def test_a_named_region_is_its_own_site(name):
     step(torch.randn(6).to(DEV))
     reports = lx.metrics.recompile_reports()[start:]
     assert any(r.startswith(f"recompile of {name}: ") and "(4,) to (6,)" in r for r in reports)
+
+
+def test_each_miss_logs_its_key_parts_at_debug_level(caplog):
+    x = torch.randn(7, 3).to(DEV)
+    with caplog.at_level("DEBUG", logger="lazax.cache"):
+        out = torch.sin(x) * 5.0  # noqa: F841 (kept alive to sync)
+        lx.sync()
+    (record,) = [r for r in caplog.records if "cache miss" in r.getMessage()]
+    for part in ("graph=", "inputs=", "device=", "options=", "versions="):
+        assert part in record.getMessage()
