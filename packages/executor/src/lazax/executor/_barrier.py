@@ -58,6 +58,8 @@ class GraphExecutor:
         # description before anything would run or read device data, so that a capture
         # never bakes a value computed during tracing into the replayed graph.
         self.capture_guard = None
+        # A node deeper than this warns (once): its graph has gone unsynced too long.
+        self.pending_depth_warning = int(os.environ.get("LAZAX_PENDING_GRAPH_WARN_DEPTH", "20000"))
         self._keys: KeyParts | None = None
         self._persistent_checked = False
         self.recompiles = RecompileLog()

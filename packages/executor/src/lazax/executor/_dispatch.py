@@ -11,9 +11,13 @@ Contract, per call (the tracing hot path: no device work, no meta kernel on a hi
    the output tensors; in-place ops write into their first argument (through views).
 4. In eager mode, sync just the outputs (``apply_eager_sync``); an in-place op syncs the
    storage it wrote. View outputs are not run: their IR folds into the next op.
+A node deeper than ``EXECUTOR.pending_depth_warning`` ops warns once per process: a
+pending graph that never gets synced grows until its compile explodes.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import torch
@@ -124,6 +128,8 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
     if plan.random:
         values.append(_seed_parameter())
     node = ir.Node(info.node_op, tuple(values), info.attrs, info.specs, info.base_hash)
+    if node.depth > EXECUTOR.pending_depth_warning:
+        _warn_unbounded_graph(node.depth)
     outputs = node.outputs
     kind = plan.kind
     if kind == INPLACE:
@@ -155,6 +161,21 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
     if result == 0:
         return made[0]
     return _rebuild(result, made)
+
+
+def _warn_unbounded_graph(depth: int) -> None:
+    """Once per process: a pending graph this deep means nothing syncs it."""
+    warnings.warn(
+        f"lazax: the pending graph is now {depth} ops deep and still growing, so nothing "
+        f"is syncing it: a loop without lazax.modes.sync() (or one that only reads a "
+        f"value such as loss.item(), which runs just that value's graph)? Call sync() "
+        f"once per step, or the compile time of the eventual graph explodes. "
+        f"(LAZAX_PENDING_GRAPH_WARN_DEPTH, now {EXECUTOR.pending_depth_warning}, sets "
+        f"when this warning comes.)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    EXECUTOR.pending_depth_warning = 1 << 62  # said once
 
 
 def _seed_parameter() -> ir.Node:

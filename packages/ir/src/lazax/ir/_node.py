@@ -7,6 +7,8 @@ Contract:
 - ``node.hash`` is computed once, in the constructor, from the op, the attributes, the
   output specs and the operands' hashes (a Merkle hash), and is the same in every
   process. Building a node is O(number of operands).
+- ``node.depth`` is the longest chain of ops under it (leaves: 0), also computed once:
+  how a front-end notices a pending graph that keeps growing because nothing syncs it.
 - Parameter leaves (``device_data`` and ``scalar``) hash by spec only, never by value:
   the same program on new data, or with a new learning rate, hashes the same. Their
   payload lives in ``node.data`` and is mutable; it never enters a hash.
@@ -100,6 +102,10 @@ class Value:
         self.spec = spec
         self.hash = hash((node.hash, index))
 
+    @property
+    def depth(self) -> int:
+        return self.node.depth
+
     def __repr__(self) -> str:
         return f"Value({self.node.op}#{self.index}: {self.spec})"
 
@@ -107,7 +113,7 @@ class Value:
 class Node:
     """One IR operation, and its own output 0. See the module docstring for hashing."""
 
-    __slots__ = ("op", "operands", "attrs", "specs", "hash", "data", "__weakref__")
+    __slots__ = ("op", "operands", "attrs", "specs", "hash", "depth", "data", "__weakref__")
 
     index = 0  # as a value, a node is its own output 0
 
@@ -130,12 +136,19 @@ class Node:
         n = len(operands)
         if n == 0:
             self.hash = base_hash
+            self.depth = 0
         elif n == 1:
-            self.hash = hash((base_hash, operands[0].hash))
+            first = operands[0]
+            self.hash = hash((base_hash, first.hash))
+            self.depth = first.depth + 1
         elif n == 2:
-            self.hash = hash((base_hash, operands[0].hash, operands[1].hash))
+            first, second = operands
+            self.hash = hash((base_hash, first.hash, second.hash))
+            d1, d2 = first.depth, second.depth
+            self.depth = (d1 if d1 > d2 else d2) + 1
         else:
             self.hash = hash((base_hash, *[v.hash for v in operands]))
+            self.depth = max([v.depth for v in operands]) + 1
 
     @property
     def node(self) -> Node:
