@@ -6,12 +6,13 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import lazax.dynamo  # noqa: F401
 import lazax.executor as lx_exec
 import lazax.modes as lx
 from benchmarks.models import MLP, make_batch
+
+from .test_training import _mlp_step
 
 DEV = lx.device()
 RUNTIME = lx_exec.EXECUTOR.runtime
@@ -20,14 +21,6 @@ RUNTIME = lx_exec.EXECUTOR.runtime
 def _state():
     ex = lx_exec.EXECUTOR
     return ex.eager, ex.allow_execution, ex.graph_name, ex.graph_count_session, ex.capture_guard
-
-
-def _step(model, opt, x, y):
-    opt.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    return loss
 
 
 @pytest.mark.parametrize("stage", ["compile", "execute"])
@@ -40,8 +33,8 @@ def test_a_failed_training_sync_loses_no_step(stage):
     lx_exec.EXECUTOR.reset_cache()  # so that step 2's sync compiles as well as executes
     for step in range(4):
         x, y = make_batch(16, 8, 3, step)
-        _step(ref, ref_opt, x, y)
-        _step(model, opt, x.to(DEV), y.to(DEV))
+        _mlp_step(ref, ref_opt, x, y)
+        _mlp_step(model, opt, x.to(DEV), y.to(DEV))
         if step == 1:
             RUNTIME.fail_next(stage, RuntimeError(f"injected {stage} failure"))
             with pytest.raises(RuntimeError, match=f"injected {stage} failure"):

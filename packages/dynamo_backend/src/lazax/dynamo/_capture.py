@@ -184,10 +184,7 @@ class Replay:
         entry = cache.get(key)
         if entry is None:
             metrics.bump(count_as)
-            fn, arg_specs = self.lowered
-            with metrics.timed("CompileTime"):
-                entry = EXECUTOR.compile_executable(fn, arg_specs)
-            cache.put(key, entry)
+            entry = EXECUTOR.compile_into_cache(key, lambda: self.lowered)
         else:
             metrics.bump("CachedCompile")
         return entry

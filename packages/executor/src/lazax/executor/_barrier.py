@@ -98,6 +98,15 @@ class GraphExecutor:
             warnings.warn(f"lazax: recompiled after {failure}", RuntimeWarning, stacklevel=3)
         return entry
 
+    def compile_into_cache(self, key, lower_fn, timer: str = "CompileTime"):
+        """On a cache miss: ``lower_fn() -> (fn, arg_specs)``, compile (timed as
+        ``timer``) and keep the executable under the memory key ``key``."""
+        with metrics.timed(timer):
+            fn, arg_specs = lower_fn()
+            entry = self.compile_executable(fn, arg_specs)
+        self.cache.put(key, entry)
+        return entry
+
     @property
     def cache(self) -> lazax_cache.ComputationCache:
         if self._cache is None:
@@ -230,10 +239,8 @@ class GraphExecutor:
             self.check_execution_allowed("a compile", graph)
             if not eager:  # eager compiles per op shape: every new shape is expected
                 self.recompiles.on_compile(*self._site(graph))
-            with metrics.timed("EagerOpCompileTime" if eager else "CompileTime"):
-                fn, arg_specs = lower(graph)
-                entry = self.compile_executable(fn, arg_specs)
-            cache.put(key, entry)
+            timer = "EagerOpCompileTime" if eager else "CompileTime"
+            entry = self.compile_into_cache(key, lambda: lower(graph), timer)
         else:
             metrics.bump("CachedCompile")
             self.check_execution_allowed("an execution", graph)

@@ -353,21 +353,21 @@ def lerp(ctx, self, end, weight):
     return fit(ctx, jnp.where(jnp.abs(w) < 0.5, s + w * diff, e - diff * (1 - w)))
 
 
-@lowering(aten.addcmul.default)
-def addcmul(ctx, self, tensor1, tensor2, value=1):
-    """``self + value * tensor1 * tensor2`` (torch's association)."""
+def _addc(ctx, self, tensor1, tensor2, value, combine):
+    """``self + value * combine(tensor1, tensor2)``, scaling ``tensor1`` first as torch
+    associates it."""
     dtype = compute_dtype(self, tensor1, tensor2)
     t = to_dtype(tensor1, dtype)
     if not is_number(value, 1):
         t = to_dtype(value, dtype) * t
-    return fit(ctx, to_dtype(self, dtype) + t * to_dtype(tensor2, dtype))
+    return fit(ctx, to_dtype(self, dtype) + combine(t, to_dtype(tensor2, dtype)))
+
+
+@lowering(aten.addcmul.default)
+def addcmul(ctx, self, tensor1, tensor2, value=1):
+    return _addc(ctx, self, tensor1, tensor2, value, jnp.multiply)
 
 
 @lowering(aten.addcdiv.default)
 def addcdiv(ctx, self, tensor1, tensor2, value=1):
-    """``self + value * tensor1 / tensor2`` (torch's association)."""
-    dtype = compute_dtype(self, tensor1, tensor2)
-    t = to_dtype(tensor1, dtype)
-    if not is_number(value, 1):
-        t = to_dtype(value, dtype) * t
-    return fit(ctx, to_dtype(self, dtype) + t / to_dtype(tensor2, dtype))
+    return _addc(ctx, self, tensor1, tensor2, value, jnp.divide)

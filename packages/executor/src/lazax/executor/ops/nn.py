@@ -68,21 +68,21 @@ def log_softmax(ctx, x, dim, half_to_float):
     return _log_softmax(x, dim, acc_dtype(ctx.dtype)).reshape(ctx.shape)
 
 
-@lowering(aten._softmax_backward_data.default)
-def softmax_backward(ctx, grad, output, dim, input_dtype):
+def _softmax_grads(ctx, grad, output, dim):
     acc = acc_dtype(ctx.dtype)
     g = _at_least_1d(grad).astype(acc)
-    y = _at_least_1d(output).astype(acc)
-    dim %= g.ndim
+    return g, _at_least_1d(output).astype(acc), dim % g.ndim
+
+
+@lowering(aten._softmax_backward_data.default)
+def softmax_backward(ctx, grad, output, dim, input_dtype):
+    g, y, dim = _softmax_grads(ctx, grad, output, dim)
     return (y * (g - jnp.sum(g * y, dim, keepdims=True))).reshape(ctx.shape)
 
 
 @lowering(aten._log_softmax_backward_data.default)
 def log_softmax_backward(ctx, grad, output, dim, input_dtype):
-    acc = acc_dtype(ctx.dtype)
-    g = _at_least_1d(grad).astype(acc)
-    y = _at_least_1d(output).astype(acc)
-    dim %= g.ndim
+    g, y, dim = _softmax_grads(ctx, grad, output, dim)
     return (g - jnp.exp(y) * jnp.sum(g, dim, keepdims=True)).reshape(ctx.shape)
 
 
