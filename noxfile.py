@@ -5,6 +5,8 @@
     python -m nox -s "isolation(package='ir')"      # one package alone, non-editable
     python -m nox -s lint
     python -m nox -s "conformance(mode='lazy')"
+    python -m nox -s fuzz                           # long differential fuzzing run
+    python -m nox -s soak                           # 10,000-step memory runs
 
 Sessions use the interpreter nox runs under (no python pin).  torch is always installed
 first, from the TORCH spec below: the pinned CPU build lies on local disk, and any other
@@ -58,8 +60,37 @@ def _has_tests(folder: Path) -> bool:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite, as configured by pytest.ini."""
-    install_all(session, "tqdm")
+    install_all(session, "tqdm", "hypothesis")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """Differential fuzzing, long budget: new random programs each run, in every mode.
+
+    LAZAX_FUZZ_EXAMPLES programs per mode (default 500); prints how many each mode ran
+    and writes them to fuzz-report.json. A failure is shrunk and replayed from
+    .hypothesis/ on the next run; keep it in tests/test_fuzz_regressions.py."""
+    install_all(session, "hypothesis")
+    env = {
+        "LAZAX_FUZZ_RANDOM": "1",
+        "LAZAX_FUZZ_EXAMPLES": os.environ.get("LAZAX_FUZZ_EXAMPLES", "500"),
+        "LAZAX_FUZZ_REPORT": str(ROOT / "fuzz-report.json"),
+    }
+    session.run("pytest", "tests/test_fuzz.py", "-s", *session.posargs, env=env)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The long runs at full length: 10,000 training steps per mode, 5,000 shapes with
+    a cache of 64; each run's checkpoints appended to soak-report.jsonl."""
+    install_all(session)
+    env = {
+        "LAZAX_LONG_RUN_STEPS": "10000",
+        "LAZAX_LONG_RUN_SHAPES": "5000",
+        "LAZAX_LONG_RUN_REPORT": str(ROOT / "soak-report.jsonl"),
+    }
+    session.run("pytest", "tests/test_long_runs.py", *session.posargs, env=env)
 
 
 @nox.session

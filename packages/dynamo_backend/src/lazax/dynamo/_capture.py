@@ -21,6 +21,7 @@ the call's seeds itself, in the order the ops took them.
 
 from __future__ import annotations
 
+from collections import Counter
 from time import perf_counter
 
 import numpy as np
@@ -150,6 +151,12 @@ class Replay:
                 self.mutated.append(arg)
         self.recipes = recipes
         self.single = single
+        # Outputs over one new storage (``a = x.float(); return a, a.t()``) must come
+        # out as torch views of one base: AOTAutograd leaves aliasing among outputs to
+        # the backend, and dynamo learns that later graphs' inputs alias only from
+        # ``_base``. Without it a write to one would not reach the other.
+        made_per_root = Counter(ref for kind, ref, _ in recipes if kind == "new")
+        self.aliased_roots = {ref for ref, n in made_per_root.items() if n > 1}
         self.root_specs = [r.spec for r in roots]
         graph = ir.collect(roots, salt=EXECUTOR.device_salt_hash)
         self.hash = graph.hash
@@ -192,8 +199,21 @@ class Replay:
     def run(self, args):
         outputs = self._execute(args) if self.lowered is not None else []
         results = []
+        bases: dict[int, LazyTensor] = {}
         for kind, ref, layout in self.recipes:
-            if kind == "new":
+            if kind == "new" and ref in self.aliased_roots:
+                base = bases.get(ref)
+                if base is None and layout.view is None:
+                    base = bases[ref] = executor.rebind(outputs[ref], layout)
+                    results.append(base)
+                    continue
+                if base is None:
+                    storage = outputs[ref]
+                    whole = Layout(storage.spec.shape, layout.dtype)
+                    base = bases[ref] = executor.rebind(storage, whole)
+                # Through the dispatcher, so that autograd records it as a view of base.
+                results.append(base.as_strided(layout.shape, layout.stride, layout.offset))
+            elif kind == "new":
                 results.append(executor.rebind(outputs[ref], layout))
             elif kind == "input":
                 results.append(executor.rebind(args[ref]._lz_storage, layout))

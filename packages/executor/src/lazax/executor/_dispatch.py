@@ -294,6 +294,8 @@ def make_handler(func):
         rule = get_lowering(functional) if functional is not None else None
         if rule is None:
             return lambda args, kwargs: fallback(func, args, kwargs)
+        if torch.Tag.inplace_view in func.tags:
+            return _inplace_view_handler(func, make_handler(functional))
         plan = OpPlan(func, functional.name(), INPLACE, rule.random)
         return lambda args, kwargs: run_plan(plan, args, kwargs)
     rule = get_lowering(func)
@@ -301,6 +303,26 @@ def make_handler(func):
         return lambda args, kwargs: fallback(func, args, kwargs)
     plan = OpPlan(func, func.name(), VIEW if _is_view(func) else FUNCTIONAL, rule.random)
     return lambda args, kwargs: run_plan(plan, args, kwargs)
+
+
+def _inplace_view_handler(func, view_handler):
+    """``t_``, ``transpose_``, ``squeeze_``, ``unsqueeze_``, ``as_strided_``: change
+    ``self``'s shape and strides, never its data. The view op gives the lazax view;
+    the op itself, below the Python dispatch key, gives the torch metadata (torch's
+    own composite kernel, so torch's checks and errors)."""
+
+    def run(args, kwargs):
+        self = args[0]
+        view = view_handler(args, kwargs)
+        with torch._C._DisableTorchDispatch():
+            func(*args, **kwargs)
+        self._lz_view = view._lz_view
+        self._lz_value = view._lz_value
+        self._lz_seen = view._lz_seen
+        self._lz_key = view._lz_key
+        return self
+
+    return run
 
 
 def dispatch(cls, func, types, args=(), kwargs=None):

@@ -44,7 +44,8 @@ def _copy_(args, kwargs):
         return dst
     if type(src) is LazyTensor:
         value = ir_value(src)
-    else:
+    else:  # a CPU tensor, or a Python number (``x.copy_(2)``, as torch accepts)
+        src = src if isinstance(src, torch.Tensor) else torch.tensor(src)
         value = from_cpu(src, dst._lz_storage.device_index)
     shape = tuple(dst.shape)
     dtype = dtype_name(dst.dtype)

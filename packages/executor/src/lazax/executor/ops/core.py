@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ._promotion import cast
 from ._registry import lowering
 
 aten = torch.ops.aten
@@ -86,18 +87,18 @@ def view_scatter(ctx, base, value, size, stride, offset):
 
 @lowering("lazax::copy_to")
 def copy_to(ctx, value, shape, dtype):
-    return jnp.broadcast_to(value.astype(ctx.dtype), shape)
+    return jnp.broadcast_to(cast(value, ctx.dtype), shape)
 
 
 @lowering(aten._to_copy.default, aten.clone.default, aten.lift_fresh_copy.default)
 def to_copy(ctx, x, **kwargs):
-    return x.astype(ctx.dtype)
+    return cast(x, ctx.dtype)
 
 
 # AOTAutograd graphs cast a Python float argument (a 0-dim CPU float64 tensor) this way.
 @lowering(torch.ops.prims.convert_element_type.default)
 def convert_element_type(ctx, x, dtype):
-    return x.astype(ctx.dtype)
+    return cast(x, ctx.dtype)
 
 
 @lowering(
