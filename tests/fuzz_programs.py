@@ -26,6 +26,7 @@ each mode takes its cached path: graph cache, dynamo replay).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -112,10 +113,14 @@ class _Builder:
         return namespace
 
     def try_statement(self, statement: str, binds: str | None) -> bool:
-        """Keep ``statement`` if torch runs it after the program so far."""
+        """Keep ``statement`` if torch runs it, without a warning, after the program so
+        far (a warning marks what torch deprecates, such as a write into an expanded
+        tensor, whose result depends on the order of the writes)."""
         try:
-            values = self._run([*self.body, statement])
-        except (RuntimeError, IndexError, ValueError, TypeError):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                values = self._run([*self.body, statement])
+        except (RuntimeError, IndexError, ValueError, TypeError, Warning):
             return False
         magnitude = max(
             (_finite_max(v) for v in values.values() if isinstance(v, torch.Tensor)),

@@ -57,7 +57,9 @@ def signature(args, tensor_positions, sym_positions) -> tuple:
     if len(set(storages)) != len(storages):
         first: dict[int, int] = {}
         sharing = tuple([first.setdefault(s, k) for k, s in enumerate(storages)])
-    return symbols, layouts, sharing
+    # Input shardings, on every call (torch_xla stops looking after a few calls and then
+    # runs a stale executable): None until anything was sharded.
+    return symbols, layouts, sharing, executor.sharding_signature(tensors)
 
 
 def _reinterprets(t: LazyTensor) -> bool:
@@ -160,6 +162,8 @@ class Replay:
         self.root_specs = [r.spec for r in roots]
         graph = ir.collect(roots, salt=EXECUTOR.device_salt_hash)
         self.hash = graph.hash
+        # SPMD: the input shardings this replay is compiled for (part of its key).
+        self.placement = executor.sharded_placement(graph)
         seed_order = {id(s): k for k, s in enumerate(seeds)}
         host_nodes = {id(leaf): i for i, leaf in host}
         self.template: list = []
@@ -185,13 +189,18 @@ class Replay:
         if roots:
             self._compile(count_as="UncachedCompile")
 
+    def _key(self):
+        key = EXECUTOR.keys.memory_key(self.hash)
+        return key if self.placement is None else (key, self.placement[0])
+
     def _compile(self, count_as: str):
         cache = EXECUTOR.cache
-        key = EXECUTOR.keys.memory_key(self.hash)
+        key = self._key()
         entry = cache.get(key)
         if entry is None:
             metrics.bump(count_as)
-            entry = EXECUTOR.compile_into_cache(key, lambda: self.lowered)
+            shardings = None if self.placement is None else self.placement[1]
+            entry = EXECUTOR.compile_into_cache(key, lambda: self.lowered, "CompileTime", shardings)
         else:
             metrics.bump("CachedCompile")
         return entry
@@ -229,7 +238,9 @@ class Replay:
             params[slot] = executor.from_cpu(args[i]).data
         for slot in self.seed_slots:
             params[slot] = np.int64(RNG.next_key())
-        entry = EXECUTOR.cache.get(EXECUTOR.keys.memory_key(self.hash))
+        if self.placement is not None:
+            executor.place_sharded_arguments(params, self.placement[1])
+        entry = EXECUTOR.cache.get(self._key())
         if entry is None:
             # Evicted from the LRU: lower again, never an error (torch_xla stops here).
             entry = self._compile(count_as="DynamoRecompileAfterEviction")

@@ -4,8 +4,10 @@ Importing it registers the ``lazax`` device with torch. ``LazyTensor`` is the te
 type on ``lazax:N``; ``EXECUTOR`` holds the flags the modes set (``eager``,
 ``allow_execution``, ``graph_name``), the computation cache and the runtime;
 ``sync_tensors_graph`` / ``sync`` are the barrier; ``metrics`` the counters.
-``Storage``, ``Layout``, ``new_tensor``, ``new_alias``, ``rebind`` and ``lower_graph``
-are for front-ends that build or replay graphs themselves (the dynamo bridge).
+``Storage``, ``Layout``, ``new_tensor``, ``new_alias``, ``rebind``, ``lower_graph``,
+``sharded_placement``, ``place_sharded_arguments`` and ``sharding_signature`` are for
+front-ends that build or replay graphs themselves (the dynamo bridge). ``Mesh``,
+``mark_sharding``, ``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD.
 """
 
 from ._device import RNG, device, register
@@ -17,6 +19,17 @@ from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
 from ._lowering import lower as lower_graph  # noqa: E402
+from ._sharding import (  # noqa: E402
+    Mesh,
+    Sharding,
+    clear_sharding,
+    get_sharding,
+    mark_sharding,
+    shard_shapes,
+)
+from ._sharding import place_arguments as place_sharded_arguments  # noqa: E402
+from ._sharding import placement as sharded_placement  # noqa: E402
+from ._sharding import signature as sharding_signature  # noqa: E402
 from ._special import register_factories  # noqa: E402
 from ._tensor import Layout, LazyTensor, Storage, ir_value, new_alias, new_tensor, rebind  # noqa: E402
 from ._version import __version__  # noqa: E402
@@ -59,20 +72,29 @@ __all__ = [
     "GraphExecutor",
     "Layout",
     "LazyTensor",
+    "Mesh",
+    "Sharding",
     "Storage",
     "__version__",
     "apply_eager_sync",
+    "clear_sharding",
     "device",
     "from_cpu",
     "get_lowering",
+    "get_sharding",
     "ir_value",
     "lower_graph",
     "lowering",
+    "mark_sharding",
     "metrics",
     "new_alias",
     "new_tensor",
+    "place_sharded_arguments",
     "rebind",
     "registered_ops",
+    "shard_shapes",
+    "sharded_placement",
+    "sharding_signature",
     "sync",
     "sync_tensors_graph",
     "to_cpu",

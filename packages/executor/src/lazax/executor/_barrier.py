@@ -84,11 +84,11 @@ class GraphExecutor:
         (runtime or pjrt.runtime()).use_persistent_cache(str(where), read_only)
         return True
 
-    def compile_executable(self, fn, arg_specs):
+    def compile_executable(self, fn, arg_specs, arg_shardings=None):
         """``runtime.compile``, with the persistent tier's outcome counted:
         ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
         (corrupt, truncated, foreign) as ``PersistentCacheLoadFailure`` and a warning."""
-        entry = self.runtime.compile(fn, arg_specs)
+        entry = self.runtime.compile(fn, arg_specs, arg_shardings=arg_shardings)
         if entry.persistent == "hit":
             metrics.bump("PersistentCacheHit")
         elif entry.persistent == "miss":
@@ -98,12 +98,13 @@ class GraphExecutor:
             warnings.warn(f"lazax: recompiled after {failure}", RuntimeWarning, stacklevel=3)
         return entry
 
-    def compile_into_cache(self, key, lower_fn, timer: str = "CompileTime"):
+    def compile_into_cache(self, key, lower_fn, timer: str = "CompileTime", arg_shardings=None):
         """On a cache miss: ``lower_fn() -> (fn, arg_specs)``, compile (timed as
-        ``timer``) and keep the executable under the memory key ``key``."""
+        ``timer``; SPMD over ``arg_shardings`` if given) and keep the executable under
+        the memory key ``key``."""
         with metrics.timed(timer):
             fn, arg_specs = lower_fn()
-            entry = self.compile_executable(fn, arg_specs)
+            entry = self.compile_executable(fn, arg_specs, arg_shardings)
         self.cache.put(key, entry)
         return entry
 
@@ -233,26 +234,33 @@ class GraphExecutor:
         runtime = self.runtime
         cache = self.cache
         key = self.keys.memory_key(graph.hash)
+        placed = sharding.placement(graph)  # None unless something was ever sharded
+        if placed is not None:
+            key = (key, placed[0])
         entry = cache.get(key)
         if entry is None:
             metrics.bump("UncachedCompile")
             self.check_execution_allowed("a compile", graph)
             if not eager:  # eager compiles per op shape: every new shape is expected
-                self.recompiles.on_compile(*self._site(graph))
+                self.recompiles.on_compile(*self._site(graph, placed))
             timer = "EagerOpCompileTime" if eager else "CompileTime"
-            entry = self.compile_into_cache(key, lambda: lower(graph), timer)
+            shardings = placed[1] if placed is not None else None
+            entry = self.compile_into_cache(key, lambda: lower(graph), timer, shardings)
         else:
             metrics.bump("CachedCompile")
             self.check_execution_allowed("an execution", graph)
         args = [p.data for p in graph.parameters]
+        if placed is not None:
+            sharding.place_arguments(args, placed[1], graph.parameters)
         start = perf_counter()  # not metrics.timed: a context manager costs per op here
         outputs = runtime.execute(entry, args)
         metrics.record("EagerOpExecuteTime" if eager else "ExecuteTime", perf_counter() - start)
         return [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
 
-    def _site(self, graph: ir.Graph):
+    def _site(self, graph: ir.Graph, placed=None):
         site, frame = self.compile_site()
-        return site, graph, self.keys.cache_key(graph), frame
+        shardings = placed[0] if placed is not None else None
+        return site, graph, self.keys.cache_key(graph, shardings), frame, shardings
 
     def check_execution_allowed(self, what: str, graph: ir.Graph | None = None) -> None:
         """Inside ``compile(full_graph=True)``: report and raise before anything runs.
@@ -267,6 +275,8 @@ class GraphExecutor:
 
 
 EXECUTOR = GraphExecutor()
+
+from . import _sharding as sharding  # noqa: E402  (it reads EXECUTOR from here)
 
 
 # -- host <-> device ---------------------------------------------------------------

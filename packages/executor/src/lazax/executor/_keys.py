@@ -66,11 +66,13 @@ class KeyParts:
         self.environment()
         return graph_hash, self._digest
 
-    def cache_key(self, graph: ir.Graph) -> CacheKey:
+    def cache_key(self, graph: ir.Graph, shardings: tuple | None = None) -> CacheKey:
+        """``shardings``: the SPMD input shardings (mesh, per-input spec), if any."""
         specs = tuple((p.specs[0].shape, p.specs[0].dtype) for p in graph.parameters)
-        return CacheKey(
-            {"graph": graph.hash, "inputs": ir.stable_hash(specs), **self.environment()}
-        )
+        parts = {"graph": graph.hash, "inputs": ir.stable_hash(specs), **self.environment()}
+        if shardings is not None:
+            parts["shardings"] = ir.stable_hash(repr(shardings))
+        return CacheKey(parts)
 
 
 def _summary(graph: ir.Graph) -> tuple[list, list]:
@@ -112,23 +114,39 @@ def _graph_difference(before: tuple[list, list], now: tuple[list, list]) -> str:
     return "the outputs taken from the graph changed"
 
 
+def _sharding_difference(before, now) -> str:
+    """Which input's SPMD sharding changed (``(mesh, per-input spec)``, or None)."""
+    if before is None or now is None:
+        return "the graph now runs " + ("sharded" if now is not None else "on one device")
+    if before[0] != now[0]:
+        return "the device mesh changed"
+    for i, (a, b) in enumerate(zip(before[1], now[1])):
+        if a != b:
+            return f"input {i} sharding changed from {a or 'replicated'} to {b or 'replicated'}"
+    return "the input shardings changed"
+
+
 class RecompileLog:
     """What each compile site compiled last, and why it compiled again."""
 
     def __init__(self) -> None:
         self.last: dict[str, tuple[CacheKey, tuple[list, list]]] = {}
 
-    def on_compile(self, site: str, graph: ir.Graph, key: CacheKey, frame: str) -> str | None:
+    def on_compile(
+        self, site: str, graph: ir.Graph, key: CacheKey, frame: str, shardings=None
+    ) -> str | None:
         if _LOG.isEnabledFor(logging.DEBUG):
             _LOG.debug("lazax cache miss at %s: %r", site, key)
         summary = _summary(graph)
         previous = self.last.get(site)
-        self.last[site] = (key, summary)
+        self.last[site] = (key, summary, shardings)
         if previous is None:
             return None
         part = key.first_difference(previous[0])
         if part in ("graph", "inputs"):
             why = _graph_difference(previous[1], summary)
+        elif part == "shardings" or shardings != previous[2]:
+            why = _sharding_difference(previous[2], shardings)
         else:
             why = f"the {part} part of the cache key changed (same graph)"
         report = f"recompile of {site}: {why} at {frame}"

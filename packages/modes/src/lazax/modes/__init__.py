@@ -6,9 +6,20 @@ model = Model().to(dev)
 ...                               # ops are traced, not run
 lx.sync()                         # one graph: compiled once, cached, run async
 lx.metrics.counter_value("CachedCompile")
+
+mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))   # SPMD over 8 devices
+lx.mark_sharding(weight, mesh, (None, "model"))       # XLA's partitioner splits it
 """
 
 from lazax import executor as _executor
+from lazax.executor import (
+    Mesh,
+    Sharding,
+    clear_sharding,
+    get_sharding,
+    mark_sharding,
+    shard_shapes,
+)
 
 from . import metrics
 from ._compile import CompiledRegion, compile
@@ -17,15 +28,21 @@ from ._version import __version__
 
 __all__ = [
     "CompiledRegion",
+    "Mesh",
+    "Sharding",
     "__version__",
+    "clear_sharding",
     "compile",
     "device",
     "device_count",
     "eager_mode",
     "eager_mode_context",
+    "get_sharding",
     "is_eager_mode",
+    "mark_sharding",
     "metrics",
     "set_persistent_cache_dir",
+    "shard_shapes",
     "sync",
     "sync_tensors",
 ]

@@ -4,8 +4,13 @@ Contract (the narrow interface; a second implementation must stay possible):
 - ``devices`` / ``default_device``: the platform's devices, ``default_device`` index 0.
 - ``to_device(array, device)``: host numpy array -> device buffer (asynchronous).
 - ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer).
-- ``compile(fn, arg_specs, device)``: a jax-traceable function and its argument specs
-  ``(shape, dtype name)`` -> an executable for ``device``. Nothing runs.
+- ``compile(fn, arg_specs, device, arg_shardings)``: a jax-traceable function and its
+  argument specs ``(shape, dtype name)`` -> an executable for ``device``, or, with
+  ``arg_shardings`` (one jax sharding per argument), an SPMD program that XLA's
+  partitioner splits over their mesh. Nothing runs.
+- ``mesh(device_ids, shape, axis_names)``, ``named_sharding(mesh, spec)``,
+  ``place(buffer, sharding)`` (a device buffer re-laid out, asynchronously), and
+  ``shard_shapes(buffer)`` (device id -> the shape of the piece that device holds).
 - ``execute(executable, args)``: runs asynchronously; returns a tuple of buffers that
   are futures. Errors raised synchronously propagate; an asynchronous failure surfaces
   when a result is waited on.
@@ -24,7 +29,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from ._platform import jax_devices, platform_from_env
 
@@ -163,17 +168,37 @@ class PjrtRuntime:
         compilation_cache.reset_cache()  # jax may have opened a cache (or none) already
         self.persistent_cache = (str(path), read_only)
 
+    # -- SPMD ------------------------------------------------------------------------
+    def mesh(self, device_ids: Sequence[int], shape: Sequence[int], axis_names) -> Mesh:
+        devices = np.array([self.devices[i] for i in device_ids], dtype=object)
+        return Mesh(devices.reshape(tuple(shape)), tuple(axis_names))
+
+    def named_sharding(self, mesh: Mesh, spec: Sequence[Any]) -> NamedSharding:
+        return NamedSharding(mesh, PartitionSpec(*spec))
+
+    def place(self, buffer: Any, sharding: Any) -> jax.Array:
+        self._check_fault("to_device")
+        return jax.device_put(buffer, sharding)
+
+    def single_device(self, device: Any = None) -> Any:
+        return self._shardings[device or self.default_device]
+
+    def shard_shapes(self, buffer: jax.Array) -> dict[int, tuple[int, ...]]:
+        return {s.device.id: tuple(s.data.shape) for s in buffer.addressable_shards}
+
     def compile(
         self,
         fn: Callable[..., Sequence[jax.Array]],
         arg_specs: Sequence[tuple[tuple[int, ...], str]],
         device: Any = None,
+        arg_shardings: Sequence[Any] | None = None,
     ) -> Executable:
         self._check_fault("compile")
-        sharding = self._shardings[device or self.default_device]
+        if arg_shardings is None:
+            arg_shardings = [self._shardings[device or self.default_device]] * len(arg_specs)
         avals = [
             jax.ShapeDtypeStruct(shape, numpy_dtype(dtype), sharding=sharding)
-            for shape, dtype in arg_specs
+            for (shape, dtype), sharding in zip(arg_specs, arg_shardings)
         ]
         lowered = jax.jit(fn).lower(*avals)
         num_outputs = len(lowered.out_info)
