@@ -135,7 +135,7 @@ def test_dynamo_sees_a_sharding_change_after_ten_unchanged_calls(mesh_2x4):
     w = torch.randn(16, 8)
     wl = w.to(DEV)
     lx.mark_sharding(wl, mesh_2x4, (None, "model"))
-    for i in range(10):
+    for _ in range(10):
         x = torch.randn(8, 16)
         xl = x.to(DEV)
         lx.mark_sharding(xl, mesh_2x4, ("data", None))

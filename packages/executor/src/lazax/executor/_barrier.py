@@ -278,7 +278,6 @@ EXECUTOR = GraphExecutor()
 
 from . import _sharding as sharding  # noqa: E402  (it reads EXECUTOR from here)
 
-
 # -- host <-> device ---------------------------------------------------------------
 
 _VIEW_AS = {

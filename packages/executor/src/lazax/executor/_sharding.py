@@ -92,7 +92,10 @@ class Mesh:
         return self.mesh_shape[self.axis_names.index(axis)]
 
     def __repr__(self) -> str:
-        return f"Mesh(device_ids={list(self.device_ids)}, mesh_shape={self.mesh_shape}, axis_names={self.axis_names})"
+        return (
+            f"Mesh(device_ids={list(self.device_ids)}, mesh_shape={self.mesh_shape}, "
+            f"axis_names={self.axis_names})"
+        )
 
 
 @dataclass(frozen=True)
