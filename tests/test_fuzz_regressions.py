@@ -58,6 +58,17 @@ FOUND = {
         v1.add_(1)
         """,
     ),
+    # CPython hashes -1 and -2 alike, so dim=-1 and dim=-2 were one graph: eager mode
+    # ran cumsum(dim=-2) with the executable compiled for cumsum(dim=-1).
+    "dim_minus_one_and_minus_two": kept(
+        [((2, 2), i64)],
+        """
+        v1 = v0.cumsum(-1)
+        v2 = v0.cumsum(-2)
+        v3 = torch.softmax(v0.to(torch.float32), -1)
+        v4 = torch.softmax(v0.to(torch.float32), -2)
+        """,
+    ),
 }
 
 

@@ -47,6 +47,20 @@ def test_stable_hash_rejects_what_cannot_be_hashed_deterministically():
     assert ir.stable_hash(float("nan")) == ir.stable_hash(float("nan"))
 
 
+def test_minus_one_and_minus_two_are_different_attributes():
+    # CPython hashes -1 as -2: dim=-1 and dim=-2 once made one graph (the fuzzer found
+    # an eager cumsum(dim=-2) running the cached cumsum(dim=-1) executable).
+    for small in range(-4, 4):
+        for other in range(-4, 4):
+            if small != other:
+                assert ir.stable_hash(small) != ir.stable_hash(other)
+                assert ir.stable_hash(float(small)) != ir.stable_hash(float(other))
+    assert ir.stable_hash((("%", 0), -1)) != ir.stable_hash((("%", 0), -2))
+    a = ir.device_data(F32, 1)
+    dims = [ir.Node("aten::cumsum", (a,), ((("%", 0), d), ()), (F32,)).hash for d in (-1, -2)]
+    assert dims[0] != dims[1]
+
+
 def test_graph_hash_same_program_other_data():
     def program(x, y):
         return add(add(x, y), x)

@@ -4,7 +4,9 @@ Contract: ``stable_hash(obj)`` returns the same int for equal values in every pr
 whatever ``PYTHONHASHSEED`` is. Python's own ``hash()`` is salted for ``str`` and
 ``bytes``, is address-based for ``None`` (on Python 3.11) and identity-based for NaN, so
 those are mapped to fixed codes first. Ints, floats, bools and tuples of them hash
-deterministically in CPython, so the rest is left to the fast built-in ``hash``.
+deterministically in CPython, so the rest is left to the fast built-in ``hash``, except
+-1: CPython's ``hash(-1)`` is -2, the same as ``hash(-2)`` (and so for -1.0 and -2.0),
+which would make ``dim=-1`` and ``dim=-2`` the same graph; -1 gets a code of its own.
 
 Accepted values: None, bool, int, float, str, bytes, and tuples/lists of those
 (nested). Anything else is a ``TypeError``: an attribute that cannot be hashed the same
@@ -29,6 +31,8 @@ _TAG_BOOL = 3
 _TAG_STR = 4
 _TAG_SEQ = 5
 _TAG_BYTES = 6
+_MINUS_ONE_INT = hash((7,))
+_MINUS_ONE_FLOAT = hash((8,))
 
 
 def stable_str_code(text: str) -> int:
@@ -45,8 +49,10 @@ def stable_hash(obj: object) -> int:
     """Hash ``obj`` (an attribute value) deterministically across processes."""
     kind = type(obj)
     if kind is int:
-        return hash((_TAG_INT, obj))
+        return hash((_TAG_INT, obj)) if obj != -1 else _MINUS_ONE_INT
     if kind is float:
+        if obj == -1.0:
+            return _MINUS_ONE_FLOAT
         return hash((_TAG_FLOAT, _NAN if math.isnan(obj) else obj))
     if kind is bool:
         return hash((_TAG_BOOL, obj))
