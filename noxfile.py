@@ -60,8 +60,15 @@ def _has_tests(folder: Path) -> bool:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite, as configured by pytest.ini."""
-    install_all(session, "tqdm", "hypothesis")
+    install_all(session, "tqdm", "hypothesis", "expecttest")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def coverage(session: nox.Session) -> None:
+    """docs/coverage.md from fresh runs: nox -s coverage -- --mode lazy --mode eager"""
+    install_all(session, "expecttest")
+    session.run("python", "tools/coverage.py", *session.posargs)
 
 
 @nox.session
@@ -143,10 +150,8 @@ def lint(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("mode", ["lazy", "eager", "compile", "dynamo"])
 def conformance(session: nox.Session, mode: str) -> None:
-    """tests/conformance under one execution mode (LAZAX_CONFORMANCE_MODE)."""
-    if not (ROOT / "tests" / "conformance").is_dir():
-        session.skip("conformance suite not written yet (issue 6)")
-    install_all(session)
+    """tests/conformance: every OpInfo case in one execution mode (LAZAX_CONFORMANCE_MODE)."""
+    install_all(session, "expecttest")
     session.run(
         "pytest",
         "tests/conformance",

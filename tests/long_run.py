@@ -10,7 +10,8 @@ graph per distinct input shape, each result checked against torch on the CPU, so
 LRU cache (``LAZAX_COMPILATION_CACHE_SIZE``, set it before this starts) evicts on every
 step once full.
 
-At each checkpoint it records the host RSS (after ``gc.collect()``), the lazax tensors
+At each checkpoint it records the host RSS (after ``gc.collect()`` and glibc's
+``malloc_trim``), the lazax tensors
 alive, the storages with pending work and the cache's entries; in ``train`` also the
 loss, which must be finite. The run is one process so that the numbers are its own,
 not a test session's.
@@ -19,6 +20,7 @@ not a test session's.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import math
@@ -38,8 +40,18 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc), so that RSS counts memory in use,
+    not what the allocator keeps cached after frees."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: RSS as it is
+        pass
+
+
 def snapshot(step: int, **extra) -> dict:
     gc.collect()
+    _trim_heap()
     live = sum(1 for o in gc.get_objects() if type(o) is lx_exec.LazyTensor)
     return {
         "step": step,

@@ -112,8 +112,21 @@ class GraphExecutor:
     def cache(self) -> lazax_cache.ComputationCache:
         if self._cache is None:
             self._cache = lazax_cache.ComputationCache()
-            self._cache.on_evict(lambda key, entry: metrics.bump("CacheEvictions"))
+            self._cache.on_evict(self._on_evict)
+            self._evicted = 0
         return self._cache
+
+    def _on_evict(self, key, entry) -> None:
+        metrics.bump("CacheEvictions")
+        # jax keeps its own traces and executables of every graph lazax lowered (keyed
+        # by shape, and weakly on objects its own caches keep alive): an evicted graph's
+        # executable is not freed until those go too. Every capacity's worth of
+        # evictions (a program that keeps making new shapes), let jax drop them; lazax's
+        # cached executables are its own references and stay valid.
+        self._evicted += 1
+        if self._evicted >= max(64, self._cache.capacity):
+            self._evicted = 0
+            self.runtime.release_caches()
 
     def reset_cache(self, capacity: int | None = None) -> None:
         """Drop every compiled computation (tests, or a new cache size)."""

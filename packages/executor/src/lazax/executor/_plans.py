@@ -70,6 +70,9 @@ class NeedsFallback(Exception):
     """This call has no static output spec; run it through the CPU fallback."""
 
 
+# Keys kept per op: far more than a model's distinct calls of one op; a program that
+# never repeats a shape starts the op's cache over instead of growing it.
+SPEC_CACHE_LIMIT = 2048
 FALLBACK = "fallback"  # spec-cache entry for calls that always take the CPU fallback
 
 
@@ -237,7 +240,7 @@ class OpPlan:
         info = OpInfo(
             self.lowering_name, (args_t, kwargs_t), specs, tuple(layouts), result, scalar_dtypes
         )
-        if len(self.cache) > 50_000:
+        if len(self.cache) >= SPEC_CACHE_LIMIT:
             self.cache.clear()  # bound memory for programs that never repeat a key
         self.cache[key] = info
         return info

@@ -14,6 +14,9 @@ Contract (the narrow interface; a second implementation must stay possible):
 - ``execute(executable, args)``: runs asynchronously; returns a tuple of buffers that
   are futures. Errors raised synchronously propagate; an asynchronous failure surfaces
   when a result is waited on.
+- ``release_caches()``: drop what jax caches on its own side (traces, executables of
+  programs lazax no longer holds); a program that never repeats a shape needs it to
+  stay bounded.
 - ``wait(buffers)``: block until they are ready (re-raising their error, if any).
 - ``fail_next(stage, error)``: a test hook that makes the next ``compile``, ``execute``,
   ``to_device`` or ``to_host`` raise ``error`` before doing anything.
@@ -223,6 +226,11 @@ class PjrtRuntime:
     def execute(self, executable: Executable, args: Sequence[Any]) -> tuple[jax.Array, ...]:
         self._check_fault("execute")
         return tuple(executable.compiled(*args))
+
+    def release_caches(self) -> None:
+        """Drop jax's own trace, lowering and compilation caches (executables returned
+        by ``compile`` stay valid: their holders keep them)."""
+        jax.clear_caches()
 
     def wait(self, buffers: Sequence[jax.Array]) -> None:
         jax.block_until_ready(list(buffers))

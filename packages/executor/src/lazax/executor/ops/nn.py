@@ -34,18 +34,24 @@ def _at_least_1d(x):
 # -- softmax ---------------------------------------------------------------------------
 
 
+def _shifted(x, dim):
+    """``x`` minus its max along ``dim`` (an empty ``x`` as it is: no max to take)."""
+    if x.size == 0:
+        return x
+    return x - jnp.max(x, dim, keepdims=True)
+
+
 def _softmax(x, dim, acc):
     x = _at_least_1d(x).astype(acc)
     dim %= x.ndim
-    shifted = x - jnp.max(x, dim, keepdims=True)
-    e = jnp.exp(shifted)
+    e = jnp.exp(_shifted(x, dim))
     return e / jnp.sum(e, dim, keepdims=True)
 
 
 def _log_softmax(x, dim, acc):
     x = _at_least_1d(x).astype(acc)
     dim %= x.ndim
-    shifted = x - jnp.max(x, dim, keepdims=True)
+    shifted = _shifted(x, dim)
     return shifted - jnp.log(jnp.sum(jnp.exp(shifted), dim, keepdims=True))
 
 

@@ -1,0 +1,283 @@
+"""Running one OpInfo of torch's op database on lazax, against torch on the CPU.
+
+Contract: ``check(op, dtype, mode, variant)`` runs every sample torch's database has for
+``op`` at ``dtype`` (``torch.testing._internal.common_methods_invocations.op_db``) on
+the CPU and on lazax in ``mode`` (``lazy``, ``eager``, ``compile``, ``dynamo``), for
+``variant``: ``"op"`` (the function), ``"inplace"`` (``x.op_()``), ``"out"``
+(``op(..., out=t)``) or ``"grad"`` (the gradients of the differentiable float32 samples,
+for a random cotangent). A sample the CPU rejects is not counted. It returns a
+``Result``: ``status`` is ``"pass"`` (every sample matched: dtype, shape, values within
+the dtype's tolerance, NaNs equal), ``"mismatch"`` (a wrong answer with no error),
+``"error"`` (lazax raised where torch did not) or ``"none"`` (no sample applies), with
+the first failing sample's description in ``detail``.
+
+Values that torch leaves undefined (``empty``'s contents, random draws) are checked by
+shape and dtype only (``VALUES_UNDEFINED``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+import lazax.dynamo  # noqa: F401  (registers the "lazax" backend)
+import lazax.modes as lx
+
+from .skips import TOLERANCES, VALUES_UNDEFINED
+
+MODES = ("lazy", "eager", "compile", "dynamo")
+DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "bool": torch.bool,
+}
+VARIANTS = ("op", "inplace", "out", "grad")
+DEFAULT_TOLERANCE = {
+    torch.float32: (1e-4, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float64: (1e-7, 1e-7),
+}
+MAX_SAMPLES = {"dynamo": 4}  # dynamo compiles per sample: its runs take the first few
+
+
+@dataclass(frozen=True)
+class Result:
+    status: str
+    samples: int = 0
+    detail: str = ""
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def op_id(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def _in_mode(fn, mode: str):
+    if mode == "lazy":
+        return fn
+    if mode == "eager":
+
+        def eager(*args, **kwargs):
+            with lx.eager_mode_context(True):
+                return fn(*args, **kwargs)
+
+        return eager
+    if mode == "compile":
+        return lx.compile(fn, name="conformance")
+    if mode == "dynamo":
+
+        def compiled_call(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        torch._dynamo.reset()
+        return torch.compile(compiled_call, backend="lazax", dynamic=False)
+    raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+
+
+def _to_device(value):
+    def move(x):
+        if isinstance(x, torch.Tensor):
+            return x.detach().to(lx.device()).requires_grad_(x.requires_grad)
+        if (isinstance(x, torch.device) and x.type == "cpu") or x == "cpu":
+            return lx.device()
+        return x
+
+    return tree_map(move, value)
+
+
+def _clone(value):
+    return tree_map(
+        lambda x: (
+            x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+        ),
+        value,
+    )
+
+
+def _compare(name: str, got, expected, dtype, what: str) -> None:
+    got_leaves, got_spec = tree_flatten(got)
+    exp_leaves, exp_spec = tree_flatten(expected)
+    if got_spec != exp_spec:
+        raise _Mismatch(f"{what}: output structure {got_spec} != torch's {exp_spec}")
+    overrides = TOLERANCES.get(name, {})
+    for k, (g, e) in enumerate(zip(got_leaves, exp_leaves)):
+        if not isinstance(e, torch.Tensor):
+            if isinstance(g, torch.Tensor) or (g != e and not (_isnan(g) and _isnan(e))):
+                raise _Mismatch(f"{what}: output {k} is {g!r}, torch gives {e!r}")
+            continue
+        if not isinstance(g, torch.Tensor):
+            raise _Mismatch(f"{what}: output {k} is {type(g).__name__}, torch gives a tensor")
+        g = g.detach().cpu()
+        if g.dtype != e.dtype or g.shape != e.shape:
+            raise _Mismatch(
+                f"{what}: output {k} is {g.dtype}{tuple(g.shape)}, torch gives "
+                f"{e.dtype}{tuple(e.shape)}"
+            )
+        if name in VALUES_UNDEFINED:
+            continue
+        # By the output's dtype (an int input can give a float output: cos, logsumexp).
+        rtol, atol = overrides.get(e.dtype, DEFAULT_TOLERANCE.get(e.dtype, (0, 0)))
+        try:
+            torch.testing.assert_close(g, e.detach(), rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError as err:
+            raise _Mismatch(f"{what}: output {k}: {err}") from None
+
+
+def _isnan(x) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _describe(sample) -> str:
+    def show(x):
+        if isinstance(x, torch.Tensor):
+            return f"{str(x.dtype)[6:]}{list(x.shape)}"
+        return repr(x)
+
+    args = [show(sample.input), *(show(a) for a in tree_map(lambda x: x, sample.args))]
+    kwargs = [f"{k}={show(v)}" for k, v in sample.kwargs.items()]
+    return f"({', '.join(args + kwargs)})"
+
+
+def _call_fn(op, variant: str):
+    if variant == "inplace":
+        return op.inplace_variant
+    if variant == "out":
+
+        def with_out(x, *args, out, **kwargs):
+            return op.op(x, *args, out=out, **kwargs)
+
+        return with_out
+    return op.op
+
+
+def _grad_run(fn, sample_input, args, kwargs, cotangent_seed: int):
+    """Outputs, and the gradients of the float outputs (weighted by a seeded random
+    cotangent) with respect to every input that requires grad."""
+    out = fn(sample_input, *args, **kwargs)
+    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
+    inputs = [
+        x
+        for x in tree_flatten((sample_input, args, kwargs))[0]
+        if isinstance(x, torch.Tensor) and x.requires_grad
+    ]
+    if not outs or not inputs:
+        return None
+    g = torch.Generator().manual_seed(cotangent_seed)
+    cotangents = [torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device) for o in outs]
+    grads = torch.autograd.grad(outs, inputs, cotangents, allow_unused=True)
+    return [None if x is None else x for x in grads]
+
+
+def _expected_cases(op, dtype, variant: str, limit: int | None):
+    """(description, lazax arguments, expected result) for each sample torch accepts."""
+    fn = _call_fn(op, variant)
+    ran = 0
+    for sample in op.sample_inputs("cpu", dtype, requires_grad=variant == "grad"):
+        if limit is not None and ran >= limit:
+            return
+        args = (sample.input, sample.args, sample.kwargs)
+        cpu_input, cpu_args, cpu_kwargs = _clone(args)
+        lz_input, lz_args, lz_kwargs = _to_device(_clone(args))
+        try:
+            if variant == "out":
+                expected = op.op(cpu_input, *cpu_args, **cpu_kwargs)
+                if not isinstance(expected, torch.Tensor):
+                    continue  # several outputs: out= takes a tuple; not covered here
+                out = torch.empty_like(expected)
+                expected = fn(cpu_input, *cpu_args, out=out, **cpu_kwargs)
+                lz_kwargs = {**lz_kwargs, "out": torch.empty_like(out).to(lx.device())}
+            elif variant == "grad":
+                expected = _grad_run(fn, cpu_input, cpu_args, cpu_kwargs, ran)
+                if expected is None:
+                    continue
+            else:
+                expected = fn(cpu_input, *cpu_args, **cpu_kwargs)
+        except Exception:
+            continue  # torch rejects this sample for this variant
+        yield ran, f"sample {_describe(sample)}", (lz_input, lz_args, lz_kwargs), expected
+        ran += 1
+
+
+def _run_lazax(op, variant: str, mode: str, index: int, lz):
+    fn = _call_fn(op, variant)
+    lz_input, lz_args, lz_kwargs = lz
+    if variant != "grad":
+        return _in_mode(fn, mode)(lz_input, *lz_args, **lz_kwargs)
+    if mode == "dynamo":
+        return _grad_run(_in_mode(fn, mode), lz_input, lz_args, lz_kwargs, index)
+    if mode == "compile":
+        region = lx.compile(_grad_run, name="conformance_grad")
+        return region(fn, lz_input, lz_args, lz_kwargs, index)
+    if mode == "eager":
+        with lx.eager_mode_context(True):
+            return _grad_run(fn, lz_input, lz_args, lz_kwargs, index)
+    return _grad_run(fn, lz_input, lz_args, lz_kwargs, index)
+
+
+def _on_cpu(value):
+    return tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, value)
+
+
+def applies(op, dtype: torch.dtype, variant: str) -> bool:
+    if dtype not in op.supported_dtypes("cpu"):
+        return False
+    if variant == "grad":
+        return dtype == torch.float32 and op.supports_autograd
+    if variant == "inplace":
+        return op.inplace_variant is not None
+    if variant == "out":
+        return op.supports_out
+    return True
+
+
+def check(op, dtype: torch.dtype, mode: str, variant: str = "op") -> Result:
+    if not applies(op, dtype, variant):
+        return Result("none")
+    name = op_id(op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = list(_expected_cases(op, dtype, variant, MAX_SAMPLES.get(mode)))
+        if not cases:
+            return Result("none")
+        results = []
+        for index, what, lz, _ in cases:
+            try:
+                results.append(_run_lazax(op, variant, mode, index, lz))
+            except Exception as err:
+                return Result("error", index + 1, f"{what}: {type(err).__name__}: {_short(err)}")
+            if mode != "lazy":  # lazy: every sample's graph runs as one, below
+                try:
+                    results[-1] = _on_cpu(results[-1])
+                except Exception as err:
+                    return Result(
+                        "error", index + 1, f"{what}: {type(err).__name__}: {_short(err)}"
+                    )
+        if mode == "lazy":
+            try:
+                lx.sync()
+            except Exception:
+                pass  # run one by one below, to name the sample that fails
+        for (index, what, _, expected), got in zip(cases, results):
+            try:
+                got = _on_cpu(got)
+            except Exception as err:
+                return Result("error", index + 1, f"{what}: {type(err).__name__}: {_short(err)}")
+            expected = tree_map(lambda x: x, expected)  # the same containers as got
+            try:
+                _compare(name, got, expected, dtype, what)
+            except _Mismatch as err:
+                return Result("mismatch", index + 1, str(err)[:2000])
+    return Result("pass", len(cases))
+
+
+def _short(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else ""

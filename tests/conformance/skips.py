@@ -1,0 +1,73 @@
+"""What the conformance suite does not hold lazax to, each with its reason.
+
+- ``SKIPS``: (op id, variant, dtype name or "*", mode or "*") -> reason. The test is
+  skipped with the reason and counted as not passing in docs/coverage.md.
+- ``VALUES_UNDEFINED``: ops whose values torch leaves undefined (uninitialized memory,
+  random draws): checked by dtype and shape only.
+- ``TOLERANCES``: op id -> {dtype: (rtol, atol)} where XLA's math differs from torch's
+  CPU kernels by more than the default tolerance, within what the op promises.
+"""
+
+import torch
+
+SKIPS: dict[tuple[str, str, str, str], str] = {
+    # Known wrong or failing; each is a bug to fix (issue 6), not a limit accepted.
+    **{
+        ("native_batch_norm", "op", "*", mode): (
+            "wrong outputs outside lazy mode: save_mean/save_invstd come back (C,) where "
+            "torch gives (0,) (training=False), and float32 where torch gives bfloat16"
+        )
+        for mode in ("eager", "compile", "dynamo")
+    },
+    ("nn.functional.binary_cross_entropy_with_logits", "op", "bfloat16", "*"): (
+        "bfloat16 values differ from torch's beyond bf16 tolerance (torch's CPU kernel "
+        "rounds intermediate steps to bfloat16; the lowering computes in float32)"
+    ),
+    ("nn.functional.pad.replicate", "*", "*", "*"): (
+        "negative pads (cropping) fail in the replication_pad lowering (LoweringError: "
+        "negative index); crop before replicating"
+    ),
+    ("polygamma.polygamma_n_1", "inplace", "*", "dynamo"): (
+        "BackendCompilerFailed: the in-place polygamma graph does not capture under dynamo"
+    ),
+    ("linalg.solve", "out", "*", "*"): (
+        "out= with a 1-D right-hand side: 'Trying to resize storage that is not "
+        "resizable' (the out tensor is resized through the CPU fallback)"
+    ),
+}
+
+VALUES_UNDEFINED: set[str] = {
+    # Random draws: lazax draws from XLA's generator, not torch's CPU one.
+    "bernoulli",
+    "cauchy",
+    "exponential",
+    "geometric",
+    "log_normal",
+    "multinomial",
+    "normal",
+    "normal.in_place",
+    "normal.number_mean",
+    "uniform",
+    "nn.functional.dropout",
+    "nn.functional.dropout2d",
+    "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout",
+    "nn.functional.feature_alpha_dropout.with_train",
+    "nn.functional.rrelu",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "randint",
+    "randn",
+    "rand",
+    "randperm",
+    # Uninitialized memory.
+    "empty",
+    "empty_like",
+    "empty_permuted",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+}
+
+TOLERANCES: dict[str, dict[torch.dtype, tuple[float, float]]] = {}
