@@ -141,7 +141,7 @@ def _describe(sample) -> str:
             return f"{str(x.dtype)[6:]}{list(x.shape)}"
         return repr(x)
 
-    args = [show(sample.input), *(show(a) for a in tree_map(lambda x: x, sample.args))]
+    args = [show(sample.input), *(show(a) for a in sample.args)]
     kwargs = [f"{k}={show(v)}" for k, v in sample.kwargs.items()]
     return f"({', '.join(args + kwargs)})"
 
@@ -173,7 +173,7 @@ def _grad_run(fn, sample_input, args, kwargs, cotangent_seed: int):
     g = torch.Generator().manual_seed(cotangent_seed)
     cotangents = [torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device) for o in outs]
     grads = torch.autograd.grad(outs, inputs, cotangents, allow_unused=True)
-    return [None if x is None else x for x in grads]
+    return list(grads)
 
 
 def _expected_cases(op, dtype, variant: str, limit: int | None):
