@@ -6,12 +6,13 @@ recently used; ``put`` inserts and, when full, evicts the least recently used en
 counting the eviction and calling every eviction hook with ``(key, entry)``. Hooks run
 after the entry is removed; an exception in a hook propagates to the caller of ``put``.
 The capacity defaults to ``LAZAX_COMPILATION_CACHE_SIZE`` (2048 when unset).
-Not thread-safe: the executor drives it from one thread.
+Thread-safe: every method holds the cache's lock (eviction hooks run under it).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -57,16 +58,19 @@ class ComputationCache:
         self.stats = CacheStats()
         self._entries: OrderedDict[Hashable, Any] = OrderedDict()
         self._eviction_hooks: list[Callable[[Hashable, Any], None]] = []
+        # Re-entrant: an eviction hook may read the cache.
+        self._lock = threading.RLock()
 
     def get(self, key: Hashable) -> Any | None:
         """The entry for ``key`` (now most recently used), or None; counts hit/miss."""
-        entry = self._entries.get(key)
-        if entry is None:
-            self.stats.misses += 1
-            return None
-        self._entries.move_to_end(key)
-        self.stats.hits += 1
-        return entry
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.stats.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.stats.hits += 1
+            return entry
 
     def peek(self, key: Hashable) -> Any | None:
         """The entry for ``key`` without touching counters or recency."""
@@ -76,13 +80,10 @@ class ComputationCache:
         """Insert ``entry`` as most recently used, evicting the oldest when full."""
         if entry is None:
             raise ValueError("a cache entry cannot be None")
-        self._entries[key] = entry
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.capacity:
-            old_key, old_entry = self._entries.popitem(last=False)
-            self.stats.evictions += 1
-            for hook in self._eviction_hooks:
-                hook(old_key, old_entry)
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            self._evict_down_to(self.capacity)
 
     def on_evict(self, hook: Callable[[Hashable, Any], None]) -> Callable[[], None]:
         """Call ``hook(key, entry)`` on every eviction; returns a function that removes it."""
@@ -93,8 +94,12 @@ class ComputationCache:
         """Change the capacity, evicting the oldest entries if it shrinks."""
         if capacity < 1:
             raise ValueError(f"cache capacity must be at least 1, but got {capacity}")
-        self.capacity = capacity
-        while len(self._entries) > capacity:
+        with self._lock:
+            self.capacity = capacity
+            self._evict_down_to(capacity)
+
+    def _evict_down_to(self, size: int) -> None:
+        while len(self._entries) > size:
             old_key, old_entry = self._entries.popitem(last=False)
             self.stats.evictions += 1
             for hook in self._eviction_hooks:
@@ -102,11 +107,13 @@ class ComputationCache:
 
     def clear(self) -> None:
         """Drop every entry (not counted as evictions) and keep the counters."""
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
     def keys(self) -> Iterator[Hashable]:
         """Keys from least to most recently used."""
-        return iter(list(self._entries))
+        with self._lock:
+            return iter(list(self._entries))
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries

@@ -17,6 +17,9 @@ Contract of ``GraphExecutor.sync_tensors_graph(tensors, wait, sync_ltc_data)``:
 per-op sync) leaves the views of a synced storage holding their IR (it does not bump
 the storage version), which is all an op's fresh outputs need.
 ``sync()`` syncs every live storage with pending IR in one graph.
+Threads: results are handed back with ``Storage.settle`` (see ``_tensor``), so a sync
+never overwrites a write that another thread made while the graph ran; the cache is
+locked. Mode flags (eager, graph name, allow-execution) are process-wide.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from . import metrics
 from ._dtypes import dtype_name, torch_dtype
 from ._keys import KeyParts, RecompileLog
 from ._lowering import lower
-from ._tensor import PENDING, LazyTensor, Storage, ir_value
+from ._tensor import COMMIT_LOCK, PENDING, LazyTensor, Storage, ir_value
 
 __all__ = ["EXECUTOR", "GraphExecutor", "from_cpu", "to_cpu"]
 
@@ -182,15 +185,15 @@ class GraphExecutor:
                 targets.append(t)
         if roots:
             results = self.run_graph(roots)
-            for target, value in zip(targets, results):
+            for target, root, value in zip(targets, roots, results):
                 if type(target) is Storage:
-                    target.value = value
-                    if sync_ltc_data:
-                        # Views re-read from the materialised base rather than keep
-                        # the old graph alive (and recompute it).
-                        target.version += 1
+                    # sync_ltc_data: views re-read from the materialised base rather
+                    # than keep the old graph alive (and recompute it).
+                    target.settle(root, value, bump=sync_ltc_data)
                 else:
-                    target._lz_value = value
+                    with COMMIT_LOCK:
+                        if target._lz_value is root:
+                            target._lz_value = value
         if wait:
             self.wait(tensors)
 
@@ -204,10 +207,10 @@ class GraphExecutor:
                 seen.add(id(s))
                 pending.append(s)
         if pending:
-            results = self.run_graph([s.value for s in pending])
-            for storage, value in zip(pending, results):
-                storage.value = value
-                storage.version += 1
+            roots = [s.value for s in pending]
+            results = self.run_graph(roots)
+            for storage, root, value in zip(pending, roots, results):
+                storage.settle(root, value)
 
     def sync(self, wait: bool = False) -> None:
         """Sync every live tensor with pending IR, as one graph."""
@@ -219,11 +222,10 @@ class GraphExecutor:
             except BaseException:
                 PENDING.restore(storages)
                 raise
-            for storage, value in zip(storages, results):
-                storage.value = value
-                storage.version += 1
+            for storage, root, value in zip(storages, roots, results):
+                storage.settle(root, value)
         if wait:
-            self.runtime.wait([s.value.node.data for s in storages])
+            self.runtime.wait([s.value.node.data for s in storages if not s.pending])
 
     def wait(self, tensors) -> None:
         buffers = []

@@ -14,11 +14,15 @@ Contract:
 - ``_lz_key`` is the tensor's key for the per-op spec cache: shape, dtype, stride,
   storage offset and storage size. Strides are torch's for views; other tensors are
   contiguous.
+- Threads: a sync may run in one thread while another traces. A sync hands its results
+  back through ``Storage.settle``, which keeps a result only if the storage still holds
+  the IR that was run: a write made meanwhile (``set``, under ``COMMIT_LOCK``) wins.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 
 import torch
@@ -29,6 +33,7 @@ from ._device import DEVICE_NAME
 from ._dtypes import dtype_name
 
 __all__ = [
+    "COMMIT_LOCK",
     "PENDING",
     "Layout",
     "LazyTensor",
@@ -42,12 +47,21 @@ __all__ = [
 ]
 
 
+# Guards a storage's value against a sync running in another thread: a sync replaces a
+# storage's pending IR by its result only if nobody wrote the storage meanwhile
+# (``Storage.settle``), and that test-and-set must not interleave with ``Storage.set``.
+COMMIT_LOCK = threading.Lock()
+
+
 class _PendingStorages:
     """Weak references to storages that were given pending IR since the last sync.
 
     A plain list of ``weakref.ref`` (no callbacks): appending is the cheapest way to
     register on the per-op path; dead or already-synced entries are dropped when the
-    list is read or compacted.
+    list is read or compacted. Safe with several tracing threads: the list object is
+    never replaced, and readers cut the prefix they have read out of it in place
+    (``del refs[:n]`` is one step under the GIL), so an append racing a ``take`` lands
+    after the cut and is kept for the next one.
     """
 
     __slots__ = ("refs", "compact_at")
@@ -60,24 +74,31 @@ class _PendingStorages:
         refs = self.refs
         refs.append(weakref.ref(storage))
         if len(refs) >= self.compact_at:
-            self.refs = [r for r in refs if (s := r()) is not None and s.pending]
-            self.compact_at = max(4096, 2 * len(self.refs))
+            with COMMIT_LOCK:
+                n = len(refs)
+                refs[:n] = [r for r in refs[:n] if (s := r()) is not None and s.pending]
+                self.compact_at = max(4096, 2 * len(refs))
 
     def take(self) -> list:
-        """The live pending storages, each once, in registration order; clears the list."""
+        """The live pending storages, each once, in registration order; forgets them."""
+        refs = self.refs
+        with COMMIT_LOCK:
+            n = len(refs)
+            taken = refs[:n]
+            del refs[:n]
         seen: set[int] = set()
         live = []
-        for r in self.refs:
+        for r in taken:
             s = r()
             if s is not None and s.pending and id(s) not in seen:
                 seen.add(id(s))
                 live.append(s)
-        self.refs = []
         return live
 
     def restore(self, storages: list) -> None:
         """Put back storages that a failed sync did not materialise."""
-        self.refs[:0] = [weakref.ref(s) for s in storages]
+        with COMMIT_LOCK:
+            self.refs[:0] = [weakref.ref(s) for s in storages]
 
 
 PENDING = _PendingStorages()
@@ -106,10 +127,23 @@ class Storage:
             PENDING.add(self)
 
     def set(self, value: ir.Value) -> None:
-        self.value = value
-        self.version += 1
+        with COMMIT_LOCK:
+            self.value = value
+            self.version += 1
         if value.node.op != ir.DEVICE_DATA:
             PENDING.add(self)
+
+    def settle(self, pending: ir.Value, result: ir.Value, bump: bool = True) -> bool:
+        """A sync computed ``result`` from ``pending``: keep it, unless the storage was
+        written since (another thread's write wins; its IR still reads ``pending``, so
+        nothing is lost). ``bump``: make views re-read the materialised base."""
+        with COMMIT_LOCK:
+            if self.value is not pending:
+                return False
+            self.value = result
+            if bump:
+                self.version += 1
+            return True
 
     @property
     def pending(self) -> bool:
