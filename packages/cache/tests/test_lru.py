@@ -54,3 +54,17 @@ def test_resize_evicts_and_hook_can_be_removed():
     remove()
     cache.put(9, 9)
     assert seen == [0, 1] and cache.stats.evictions == 3
+
+
+def test_evict_oldest_keeps_the_capacity():
+    cache = ComputationCache(capacity=8)
+    seen = []
+    cache.on_evict(lambda key, entry: seen.append(key))
+    for i in range(6):
+        cache.put(i, str(i))
+    cache.get(0)  # now the most recently used
+    cache.evict_oldest(3)
+    assert seen == [1, 2, 3] and list(cache.keys()) == [4, 5, 0]
+    assert cache.capacity == 8 and cache.stats.evictions == 3
+    cache.evict_oldest(10)
+    assert len(cache) == 0

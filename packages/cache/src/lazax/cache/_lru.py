@@ -98,6 +98,12 @@ class ComputationCache:
             self.capacity = capacity
             self._evict_down_to(capacity)
 
+    def evict_oldest(self, count: int) -> None:
+        """Evict the ``count`` least recently used entries (counted, hooks called); the
+        capacity stays."""
+        with self._lock:
+            self._evict_down_to(max(0, len(self._entries) - count))
+
     def _evict_down_to(self, size: int) -> None:
         while len(self._entries) > size:
             old_key, old_entry = self._entries.popitem(last=False)

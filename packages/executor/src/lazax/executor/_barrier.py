@@ -38,6 +38,7 @@ from . import metrics
 from ._dtypes import dtype_name, torch_dtype
 from ._keys import KeyParts, RecompileLog
 from ._lowering import lower
+from ._map_guard import MapGuard
 from ._tensor import COMMIT_LOCK, PENDING, LazyTensor, Storage, ir_value
 
 __all__ = ["EXECUTOR", "GraphExecutor", "from_cpu", "to_cpu"]
@@ -66,6 +67,7 @@ class GraphExecutor:
         self._keys: KeyParts | None = None
         self._persistent_checked = False
         self.recompiles = RecompileLog()
+        self.map_guard = MapGuard()
 
     @property
     def runtime(self) -> pjrt.PjrtRuntime:
@@ -109,6 +111,7 @@ class GraphExecutor:
             fn, arg_specs = lower_fn()
             entry = self.compile_executable(fn, arg_specs, arg_shardings)
         self.cache.put(key, entry)
+        self.map_guard.after_compile(self.cache, self.runtime)
         return entry
 
     @property

@@ -17,6 +17,10 @@ Contract (the narrow interface; a second implementation must stay possible):
 - ``release_caches()``: drop what jax caches on its own side (traces, executables of
   programs lazax no longer holds); a program that never repeats a shape needs it to
   stay bounded.
+- ``memory_maps()``: ``(mappings the process holds, the OS's limit)``, or None where
+  the OS does not say (Linux only). XLA's CPU executables hold their JIT code in
+  mappings of their own (one or more per kernel), and a process past the limit dies in
+  LLVM ("Unable to allocate section memory"), so the executor watches this.
 - ``wait(buffers)``: block until they are ready (re-raising their error, if any).
 - ``fail_next(stage, error)``: a test hook that makes the next ``compile``, ``execute``,
   ``to_device`` or ``to_host`` raise ``error`` before doing anything.
@@ -231,6 +235,15 @@ class PjrtRuntime:
         """Drop jax's own trace, lowering and compilation caches (executables returned
         by ``compile`` stay valid: their holders keep them)."""
         jax.clear_caches()
+
+    def memory_maps(self) -> tuple[int, int] | None:
+        try:
+            with open("/proc/self/maps", "rb") as maps:
+                count = maps.read().count(b"\n")
+            with open("/proc/sys/vm/max_map_count", "rb") as limit:
+                return count, int(limit.read())
+        except (OSError, ValueError):
+            return None
 
     def wait(self, buffers: Sequence[jax.Array]) -> None:
         jax.block_until_ready(list(buffers))
