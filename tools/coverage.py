@@ -38,7 +38,14 @@ def run_mode(mode: str, variants: list[str]) -> dict:
 
     outcomes = {}
     start = time.perf_counter()
-    for op in op_db:
+    for position, op in enumerate(op_db):
+        if position % 50 == 0:
+            print(
+                f"{mode}: {position} / {len(op_db)} OpInfos, "
+                f"{round(time.perf_counter() - start)} s",
+                file=sys.stderr,
+                flush=True,
+            )
         for dtype_name, dtype in DTYPES.items():
             for variant in VARIANTS:
                 if variant not in variants or not applies(op, dtype, variant):

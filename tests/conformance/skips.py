@@ -12,13 +12,6 @@ import torch
 
 SKIPS: dict[tuple[str, str, str, str], str] = {
     # Known wrong or failing; each is a bug to fix (issue 6), not a limit accepted.
-    **{
-        ("native_batch_norm", "op", "*", mode): (
-            "wrong outputs outside lazy mode: save_mean/save_invstd come back (C,) where "
-            "torch gives (0,) (training=False), and float32 where torch gives bfloat16"
-        )
-        for mode in ("eager", "compile", "dynamo")
-    },
     ("nn.functional.binary_cross_entropy_with_logits", "op", "bfloat16", "*"): (
         "bfloat16 values differ from torch's beyond bf16 tolerance (torch's CPU kernel "
         "rounds intermediate steps to bfloat16; the lowering computes in float32)"

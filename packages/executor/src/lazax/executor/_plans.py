@@ -214,6 +214,9 @@ class OpPlan:
             result = None
         else:
             outs, result = _flatten(out)
+        fix = _CPU_KERNEL_SPECS.get(self.func)
+        if fix is not None:
+            outs = fix(meta_args, outs)
         specs = tuple(ir.TensorSpec(tuple(o.shape), dtype_name(o.dtype)) for o in outs)
         layouts = []
         if self.kind == VIEW:
@@ -256,6 +259,32 @@ class OpPlan:
         except Exception as cpu_error:
             raise cpu_error.with_traceback(None) from None
         return True
+
+
+def _batch_norm_saved_stats(meta_args, outs):
+    """torch's CPU batch-norm kernels save the statistics in the input's dtype, and
+    save nothing (shape ``(0,)``) when normalizing by running statistics; the meta
+    kernels say float32 ``(C,)`` (what CUDA returns). lazax follows the CPU. Argument
+    counts: ``_no_training`` 7, ``.no_stats`` 6 (always batch statistics), ``.default``
+    and ``_functional`` 8 with ``training`` at 5 (``_functional`` also returns the new
+    running statistics, in their own dtype on the CPU)."""
+    x = meta_args[0]
+    by_running_stats = len(meta_args) == 7 or (len(meta_args) == 8 and not meta_args[5])
+    fixed = list(outs)
+    for k in (1, 2):
+        shape = (0,) if by_running_stats else tuple(outs[k].shape)
+        fixed[k] = torch.empty(shape, dtype=x.dtype, device="meta")
+    for k in range(3, len(outs)):  # _functional's new running_mean, running_var
+        fixed[k] = torch.empty(tuple(outs[k].shape), dtype=meta_args[k].dtype, device="meta")
+    return fixed
+
+
+_CPU_KERNEL_SPECS = {
+    torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_saved_stats,
+    torch.ops.aten._native_batch_norm_legit.default: _batch_norm_saved_stats,
+    torch.ops.aten._native_batch_norm_legit.no_stats: _batch_norm_saved_stats,
+    torch.ops.aten._native_batch_norm_legit_functional.default: _batch_norm_saved_stats,
+}
 
 
 def _flatten(out: Any) -> tuple[list, Any]:
