@@ -176,11 +176,26 @@ def _grad_run(fn, sample_input, args, kwargs, cotangent_seed: int):
     return list(grads)
 
 
+_SAMPLES: dict = {}
+
+
+def _samples(op, dtype, requires_grad: bool) -> list:
+    """The OpInfo's samples, made once for the op, inplace and out variants of one
+    (op, dtype): torch's sample generators are a fifth of the suite's time. Every use
+    clones them first, so sharing is safe. Only the latest op's are kept."""
+    key = (id(op), dtype, requires_grad)
+    if key not in _SAMPLES:
+        if not any(k[0] == id(op) for k in _SAMPLES):
+            _SAMPLES.clear()
+        _SAMPLES[key] = list(op.sample_inputs("cpu", dtype, requires_grad=requires_grad))
+    return _SAMPLES[key]
+
+
 def _expected_cases(op, dtype, variant: str, limit: int | None):
     """(description, lazax arguments, expected result) for each sample torch accepts."""
     fn = _call_fn(op, variant)
     ran = 0
-    for sample in op.sample_inputs("cpu", dtype, requires_grad=variant == "grad"):
+    for sample in _samples(op, dtype, variant == "grad"):
         if limit is not None and ran >= limit:
             return
         args = (sample.input, sample.args, sample.kwargs)

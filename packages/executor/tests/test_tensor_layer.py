@@ -8,6 +8,7 @@ import torch
 
 import lazax.executor as lx
 from lazax import ir
+from lazax.executor import _barrier
 
 DEV = lx.device()
 
@@ -179,3 +180,28 @@ def test_views_reinterpreting_a_complex_storage_read_and_write_through_it():
     expected.real.add_(1.0)
     torch.testing.assert_close(zd.cpu(), expected)
     torch.testing.assert_close(pairs.cpu(), torch.view_as_real(expected))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_reading_views_of_materialised_data_compiles_nothing(dtype):
+    cpu = torch.arange(48).reshape(6, 8).to(dtype)
+    x = cpu.to(DEV) * 1
+    lx.sync_tensors_graph([x])  # x now holds device data
+    before = counter("UncachedCompile") + counter("CachedCompile")
+    for i in range(6):  # a new view each time: a compile each before
+        torch.testing.assert_close(x[i, i:].cpu(), cpu[i, i:])
+    torch.testing.assert_close(x.t()[1:5:2, ::3].cpu(), cpu.t()[1:5:2, ::3])
+    assert x[2, 3].item() == cpu[2, 3].item()
+    assert counter("UncachedCompile") + counter("CachedCompile") == before
+
+
+def test_a_small_view_of_a_large_base_is_gathered_on_the_device(monkeypatch):
+    monkeypatch.setattr(_barrier, "HOST_SLICE_MAX_ELEMENTS", 16)
+    cpu = torch.arange(64.0).reshape(8, 8)
+    x = cpu.to(DEV) * 1
+    lx.sync_tensors_graph([x])
+    before = counter("UncachedCompile") + counter("CachedCompile")
+    torch.testing.assert_close(x[3, 2:6].cpu(), cpu[3, 2:6])  # 4 of 64: on the device
+    assert counter("UncachedCompile") + counter("CachedCompile") == before + 1
+    torch.testing.assert_close(x[1:].cpu(), cpu[1:])  # 56 of 64: on the host
+    assert counter("UncachedCompile") + counter("CachedCompile") == before + 1

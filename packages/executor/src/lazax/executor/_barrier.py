@@ -24,6 +24,7 @@ locked. Mode flags (eager, graph name, allow-execution) are process-wide.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from time import perf_counter
@@ -328,15 +329,36 @@ def from_cpu(t: torch.Tensor, device_index: int = 0) -> ir.Value:
     return ir.device_data(ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype)), buf)
 
 
+# A view of materialised data is read by copying its base to the host and slicing it
+# there (no compile per distinct view: printing x[i] in a loop compiles nothing) when
+# the base is small, or not much larger than the view.
+HOST_SLICE_MAX_ELEMENTS = 1 << 20
+
+
 def to_cpu(t: LazyTensor) -> torch.Tensor:
     """``t``'s value as a new CPU tensor (syncs and waits)."""
     if EXECUTOR.capture_guard is not None:
         EXECUTOR.capture_guard("a read of device data to the host")
+    view = t._lz_view
+    if view is not None:
+        storage = t._lz_storage
+        base = storage.spec
+        base_numel = math.prod(base.shape)
+        if (
+            not storage.pending
+            and base.dtype == t._lz_value.spec.dtype
+            and (base_numel <= HOST_SLICE_MAX_ELEMENTS or base_numel <= 4 * t.numel())
+        ):
+            whole = _host_tensor(storage.value.node.data, t.dtype, base.shape)
+            size, stride, offset = view
+            return whole.reshape(-1).as_strided(size, stride, offset).clone()
     EXECUTOR.sync_tensors_graph([t], wait=False)
-    node = ir_value(t).node
+    return _host_tensor(ir_value(t).node.data, t.dtype, t.shape)
+
+
+def _host_tensor(buffer, dtype: torch.dtype, shape) -> torch.Tensor:
     with metrics.timed("TransferFromDeviceTime"):
-        array = EXECUTOR.runtime.to_host(node.data)
-    dtype = t.dtype
+        array = EXECUTOR.runtime.to_host(buffer)
     carrier = _VIEW_AS.get(dtype)
     if carrier is not None:
         array = array.view(np.dtype(str(carrier).replace("torch.", "")))
@@ -347,4 +369,4 @@ def to_cpu(t: LazyTensor) -> torch.Tensor:
         out = out.view(dtype)
     if out.dtype != dtype:
         out = out.to(torch_dtype(dtype_name(dtype)))
-    return out.reshape(t.shape)
+    return out.reshape(shape)
