@@ -16,10 +16,6 @@ SKIPS: dict[tuple[str, str, str, str], str] = {
         "bfloat16 values differ from torch's beyond bf16 tolerance (torch's CPU kernel "
         "rounds intermediate steps to bfloat16; the lowering computes in float32)"
     ),
-    ("nn.functional.pad.replicate", "*", "*", "*"): (
-        "negative pads (cropping) fail in the replication_pad lowering (LoweringError: "
-        "negative index); crop before replicating"
-    ),
     ("polygamma.polygamma_n_1", "inplace", "*", "dynamo"): (
         "BackendCompilerFailed: the in-place polygamma graph does not capture under dynamo"
     ),

@@ -123,10 +123,26 @@ def convolution_backward(
 
 
 def _mode_pad(x, padding, mode):
+    """torch's reflection/replication pad; a negative pad crops that side."""
+    if mode == "edge":
+        # Output i reads input clamp(i - before): torch's index map, which also covers
+        # a crop of the whole axis followed by a pad (every output reads the last input).
+        for j in range(len(padding) // 2):
+            dim = x.ndim - 1 - j
+            before, after = padding[2 * j], padding[2 * j + 1]
+            size = x.shape[dim]
+            index = jnp.clip(jnp.arange(size + before + after) - before, 0, size - 1)
+            x = jnp.take(x, index, axis=dim)
+        return x
+    # Reflection: crop the negative sides, then reflect-pad the others (the same map).
     config = [(0, 0)] * x.ndim
+    crop = [slice(None)] * x.ndim
     for j in range(len(padding) // 2):
-        config[x.ndim - 1 - j] = (padding[2 * j], padding[2 * j + 1])
-    return jnp.pad(x, config, mode=mode)
+        dim = x.ndim - 1 - j
+        before, after = padding[2 * j], padding[2 * j + 1]
+        crop[dim] = slice(max(-before, 0), x.shape[dim] - max(-after, 0))
+        config[dim] = (max(before, 0), max(after, 0))
+    return jnp.pad(x[tuple(crop)], config, mode=mode)
 
 
 def _pad_rules(mode):

@@ -265,13 +265,14 @@ def embedding_dense_backward(ctx, grad, indices, num_weights, padding_idx, scale
 # -- group norm ------------------------------------------------------------------------
 
 
-def _group_norm(x, weight, bias, n, c, group, eps, acc):
-    """(out, mean, rstd) over (N, group, C/group * HxW) blocks, in ``acc``."""
-    xg = x.astype(acc).reshape(n, group, -1)
+def _group_norm(x, weight, bias, n, c, hxw, group, eps, acc):
+    """(out, mean, rstd) over (N, group, C/group * HxW) blocks, in ``acc``. Sizes are
+    spelled out (no -1): a batch of 0 is legal."""
+    xg = x.astype(acc).reshape(n, group, (c // group) * hxw)
     mean = jnp.mean(xg, -1, keepdims=True)
     centered = xg - mean
     rstd = lax.rsqrt(jnp.mean(centered * centered, -1, keepdims=True) + eps)
-    out = (centered * rstd).reshape(n, c, -1)
+    out = (centered * rstd).reshape(n, c, hxw)
     if weight is not None:
         out = out * weight.astype(acc)[None, :, None]
     if bias is not None:
@@ -281,21 +282,22 @@ def _group_norm(x, weight, bias, n, c, group, eps, acc):
 
 @lowering(aten.native_group_norm.default)
 def native_group_norm(ctx, x, weight, bias, n, c, hxw, group, eps):
-    return _group_norm(x, weight, bias, n, c, group, eps, acc_dtype(x.dtype))
+    return _group_norm(x, weight, bias, n, c, hxw, group, eps, acc_dtype(x.dtype))
 
 
 @lowering(aten.native_group_norm_backward.default)
 def native_group_norm_backward(ctx, grad, x, mean, rstd, weight, n, c, hxw, group, output_mask):
     acc = acc_dtype(x.dtype)
-    g = grad.astype(acc).reshape(n, c, -1)
+    block = (c // group) * hxw
+    g = grad.astype(acc).reshape(n, c, hxw)
     mean = mean.astype(acc).reshape(n, group, 1)
     rstd = rstd.astype(acc).reshape(n, group, 1)
-    xhat = ((x.astype(acc).reshape(n, group, -1) - mean) * rstd).reshape(n, c, -1)
+    xhat = ((x.astype(acc).reshape(n, group, block) - mean) * rstd).reshape(n, c, hxw)
     outs = []
     if output_mask[0]:
         # Layer norm's formula, per (sample, group) block.
         gxhat = g * weight.astype(acc)[None, :, None] if weight is not None else g
-        gxhat, xh = gxhat.reshape(n, group, -1), xhat.reshape(n, group, -1)
+        gxhat, xh = gxhat.reshape(n, group, block), xhat.reshape(n, group, block)
         gx = gxhat - jnp.mean(gxhat, -1, keepdims=True)
         gx = gx - xh * jnp.mean(gxhat * xh, -1, keepdims=True)
         outs.append((gx * rstd).reshape(x.shape))
