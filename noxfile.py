@@ -57,11 +57,17 @@ def _has_tests(folder: Path) -> bool:
     )
 
 
+def _workers() -> str:
+    """pytest-xdist processes: one per core, at most 4 (each holds ~3 GB at its peak
+    in the conformance suite); LAZAX_TEST_WORKERS overrides (0: no workers)."""
+    return os.environ.get("LAZAX_TEST_WORKERS", str(min(os.cpu_count() or 1, 4)))
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The whole test suite, as configured by pytest.ini."""
-    install_all(session, "tqdm", "hypothesis", "expecttest")
-    session.run("pytest", *session.posargs)
+    """The whole test suite, as configured by pytest.ini, over pytest-xdist workers."""
+    install_all(session, "tqdm", "hypothesis", "expecttest", "pytest-xdist")
+    session.run("pytest", "-n", _workers(), *session.posargs)
 
 
 @nox.session
@@ -151,11 +157,12 @@ def lint(session: nox.Session) -> None:
 @nox.parametrize("mode", ["lazy", "eager", "compile", "dynamo"])
 def conformance(session: nox.Session, mode: str) -> None:
     """tests/conformance: every OpInfo case in one execution mode (LAZAX_CONFORMANCE_MODE)."""
-    install_all(session, "expecttest")
+    install_all(session, "expecttest", "pytest-xdist")
     session.run(
         "pytest",
         "tests/conformance",
-        "-q",
+        "-n",
+        _workers(),
         *session.posargs,
         env={"LAZAX_CONFORMANCE_MODE": mode},
     )

@@ -1,7 +1,8 @@
 """Writes docs/coverage.md: how much of torch's OpInfo database lazax passes, per mode.
 
     python tools/coverage.py --mode lazy --mode eager   # run those modes, then write
-    python tools/coverage.py --mode eager --variant op  # only some variants
+    python tools/coverage.py --mode eager --variant op --dtype float32  # a subset
+    python tools/coverage.py --mode lazy --jobs 2       # in 2 processes (2 cores)
     python tools/coverage.py                            # rewrite the table from the
                                                         # results already in docs/coverage/
 
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections import defaultdict
@@ -26,9 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "coverage"
 TABLE = ROOT / "docs" / "coverage.md"
+VARIANT_NAMES = ["op", "inplace", "out", "grad"]
+DTYPE_NAMES = ["float32", "bfloat16", "int64", "bool"]
 
 
-def run_mode(mode: str, variants: list[str]) -> dict:
+def run_mode(mode: str, variants: list[str], dtypes: list[str], shard=(0, 1)) -> dict:
     sys.path.insert(0, str(ROOT))
     warnings.filterwarnings("ignore")
     import torch
@@ -39,7 +44,9 @@ def run_mode(mode: str, variants: list[str]) -> dict:
     outcomes = {}
     start = time.perf_counter()
     for position, op in enumerate(op_db):
-        if position % 50 == 0:
+        if position % shard[1] != shard[0]:
+            continue
+        if position % 50 == shard[0]:
             print(
                 f"{mode}: {position} / {len(op_db)} OpInfos, "
                 f"{round(time.perf_counter() - start)} s",
@@ -48,7 +55,9 @@ def run_mode(mode: str, variants: list[str]) -> dict:
             )
         for dtype_name, dtype in DTYPES.items():
             for variant in VARIANTS:
-                if variant not in variants or not applies(op, dtype, variant):
+                if dtype_name not in dtypes or variant not in variants:
+                    continue
+                if not applies(op, dtype, variant):
                     continue
                 try:
                     result = check(op, dtype, mode, variant)
@@ -61,6 +70,7 @@ def run_mode(mode: str, variants: list[str]) -> dict:
         "torch": torch.__version__,
         "seconds": round(time.perf_counter() - start),
         "variants": variants,
+        "dtypes": dtypes,
         "outcomes": outcomes,
     }
 
@@ -93,8 +103,9 @@ def write_table() -> None:
         lines += [
             f"## {run['mode']} mode",
             "",
-            f"torch {run['torch']}; variants run: {', '.join(run['variants'])} "
-            f"(- in a column: not run); the run took {run['seconds']} s.",
+            f"torch {run['torch']}; variants run: {', '.join(run['variants'])}; dtypes run: "
+            f"{', '.join(run.get('dtypes', DTYPE_NAMES))} (-: not run); the run took "
+            f"{run['seconds']} s.",
             "",
             "| dtype | op | inplace | out | grad |",
             "|---|---|---|---|---|",
@@ -114,20 +125,79 @@ def write_table() -> None:
     TABLE.write_text("\n".join(lines))
 
 
+def run_parallel(mode: str, variants: list[str], dtypes: list[str], jobs: int) -> dict:
+    """``run_mode`` split over ``jobs`` processes (OpInfos dealt round-robin)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        workers = []
+        for k in range(jobs):
+            out = Path(scratch) / f"{k}.json"
+            command = [sys.executable, __file__, "--mode", mode, "--shard", f"{k}/{jobs}"]
+            command += [f"--variant={v}" for v in variants] + [f"--dtype={d}" for d in dtypes]
+            workers.append((subprocess.Popen([*command, "--out", str(out)]), out))
+        runs = []
+        for process, out in workers:
+            if process.wait() != 0:
+                raise SystemExit(f"coverage worker failed: {process.args}")
+            runs.append(json.loads(out.read_text()))
+    merged = dict(runs[0], seconds=round(time.perf_counter() - start), outcomes={})
+    for run in runs:
+        merged["outcomes"].update(run["outcomes"])
+    return merged
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", action="append", default=[])
+    parser.add_argument("--variant", action="append", choices=VARIANT_NAMES, default=[])
+    parser.add_argument("--dtype", action="append", choices=DTYPE_NAMES, default=[])
+    parser.add_argument("--jobs", type=int, default=1, help="processes per mode")
     parser.add_argument(
-        "--variant", action="append", choices=["op", "inplace", "out", "grad"], default=[]
+        "--record-failures",
+        action="store_true",
+        help="write tests/conformance/known_failures.json from the results of every mode",
     )
+    parser.add_argument("--shard", help=argparse.SUPPRESS)  # k/n: a worker's share
+    parser.add_argument("--out", help=argparse.SUPPRESS)  # a worker's result file
     args = parser.parse_args(argv)
+    variants, dtypes = args.variant or VARIANT_NAMES, args.dtype or DTYPE_NAMES
+    if args.shard:
+        k, n = (int(v) for v in args.shard.split("/"))
+        run = run_mode(args.mode[0], variants, dtypes, (k, n))
+        Path(args.out).write_text(json.dumps(run))
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     for mode in args.mode:
-        run = run_mode(mode, args.variant or ["op", "inplace", "out", "grad"])
+        if args.jobs > 1:
+            run = run_parallel(mode, variants, dtypes, args.jobs)
+        else:
+            run = run_mode(mode, variants, dtypes)
         (RESULTS / f"{mode}.json").write_text(json.dumps(run, indent=0, sort_keys=True))
         print(f"{mode}: {len(run['outcomes'])} cases in {run['seconds']} s")
     write_table()
     print(f"wrote {TABLE.relative_to(ROOT)}")
+    if args.record_failures:
+        record_failures()
+
+
+KNOWN = ROOT / "tests" / "conformance" / "known_failures.json"
+
+
+def record_failures() -> None:
+    """Every case that did not pass in a recorded run, as a skip with its first failure
+    (lazy mode's failures for every mode; the other modes' own failures for theirs)."""
+    known = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        run = json.loads(path.read_text())
+        for key, (status, _samples, detail) in run["outcomes"].items():
+            if status in ("pass", "none"):
+                continue
+            name, dtype, variant = key.split("|")
+            mode = "*" if run["mode"] == "lazy" else run["mode"]
+            first = detail.splitlines()[0] if detail else ""
+            known["|".join((name, variant, dtype, mode))] = f"{status}: {first}"[:240]
+    KNOWN.write_text(json.dumps(dict(sorted(known.items())), indent=1) + "\n")
+    print(f"wrote {KNOWN.relative_to(ROOT)}: {len(known)} cases")
 
 
 if __name__ == "__main__":

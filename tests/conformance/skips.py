@@ -1,12 +1,20 @@
 """What the conformance suite does not hold lazax to, each with its reason.
 
-- ``SKIPS``: (op id, variant, dtype name or "*", mode or "*") -> reason. The test is
-  skipped with the reason and counted as not passing in docs/coverage.md.
+- ``SKIPS``: (op id, variant, dtype name or "*", mode or "*") -> reason, by hand. The
+  test is skipped with the reason and counted as not passing in docs/coverage.md.
+- ``KNOWN_FAILURES``: the same, read from ``known_failures.json``, which
+  ``tools/coverage.py --record-failures`` writes from a coverage run: every case that
+  did not pass there, with its first failure as the reason (mode "*": a case that
+  fails in lazy mode is not expected to pass in the others). Each is a bug or a missing
+  lowering to fix; fixing one and re-recording drops its entry.
 - ``VALUES_UNDEFINED``: ops whose values torch leaves undefined (uninitialized memory,
   random draws): checked by dtype and shape only.
 - ``TOLERANCES``: op id -> {dtype: (rtol, atol)} where XLA's math differs from torch's
   CPU kernels by more than the default tolerance, within what the op promises.
 """
+
+import json
+from pathlib import Path
 
 import torch
 
@@ -60,3 +68,13 @@ VALUES_UNDEFINED: set[str] = {
 }
 
 TOLERANCES: dict[str, dict[torch.dtype, tuple[float, float]]] = {}
+
+
+def _known_failures() -> dict[tuple[str, str, str, str], str]:
+    path = Path(__file__).with_name("known_failures.json")
+    if not path.exists():
+        return {}
+    return {tuple(key.split("|")): reason for key, reason in json.loads(path.read_text()).items()}
+
+
+KNOWN_FAILURES = _known_failures()
