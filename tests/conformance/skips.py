@@ -27,10 +27,6 @@ SKIPS: dict[tuple[str, str, str, str], str] = {
     ("polygamma.polygamma_n_1", "inplace", "*", "dynamo"): (
         "BackendCompilerFailed: the in-place polygamma graph does not capture under dynamo"
     ),
-    ("linalg.solve", "out", "*", "*"): (
-        "out= with a 1-D right-hand side: 'Trying to resize storage that is not "
-        "resizable' (the out tensor is resized through the CPU fallback)"
-    ),
 }
 
 VALUES_UNDEFINED: set[str] = {

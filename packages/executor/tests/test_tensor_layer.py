@@ -205,3 +205,25 @@ def test_a_small_view_of_a_large_base_is_gathered_on_the_device(monkeypatch):
     assert counter("UncachedCompile") + counter("CachedCompile") == before + 1
     torch.testing.assert_close(x[1:].cpu(), cpu[1:])  # 56 of 64: on the host
     assert counter("UncachedCompile") + counter("CachedCompile") == before + 1
+
+
+def test_out_tensors_of_another_shape_are_resized_as_torch_does():
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    out = torch.empty(0, device=DEV)  # no elements: resized silently
+    result = torch.add(a.to(DEV), b.to(DEV), out=out)
+    assert result is out and out.shape == (3, 4) and out.stride() == (4, 1)
+    torch.testing.assert_close(out.cpu(), a + b)
+    wrong = torch.zeros(2, device=DEV, dtype=torch.float64)  # elements: torch's warning
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch.mul(a.to(DEV), 2.0, out=wrong)
+    assert wrong.shape == (3, 4) and wrong.dtype == torch.float64
+    torch.testing.assert_close(wrong.cpu(), (a * 2).double())
+    torch.testing.assert_close((wrong + 1).cpu(), (a * 2).double() + 1)  # usable after
+
+
+def test_an_out_tensor_resized_by_a_cpu_fallback_kernel():
+    A = torch.randn(3, 3) + 3 * torch.eye(3)
+    rhs = torch.randn(3)
+    out = torch.empty(0, device=DEV)
+    torch.linalg.solve(A.to(DEV), rhs.to(DEV), out=out)
+    torch.testing.assert_close(out.cpu(), torch.linalg.solve(A, rhs), rtol=1e-4, atol=1e-5)

@@ -245,7 +245,7 @@ def _functional_counterpart(func, drop_out: bool = False):
 
 def _run_out(func, plan: OpPlan, args: tuple, kwargs: dict):
     """An ``out=`` overload: the functional rule, then a copy into each out tensor."""
-    from ._special import copy_into
+    from ._special import copy_into, resize_out
 
     out_names = [a.name for a in func._schema.arguments if _is_out(a)]
     outs = [kwargs[n] for n in out_names]
@@ -253,12 +253,9 @@ def _run_out(func, plan: OpPlan, args: tuple, kwargs: dict):
     results = result if isinstance(result, (tuple, list)) else (result,)
     for out, value in zip(outs, results):
         if tuple(out.shape) != tuple(value.shape):
-            raise RuntimeError(
-                f"lazax cannot resize the out= tensor of {func.name()} from "
-                f"{list(out.shape)} to {list(value.shape)}; pass an out tensor of the "
-                f"result's shape, or use the functional form."
-            )
-        copy_into(out, value)
+            resize_out(out, value)
+        else:
+            copy_into(out, value)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 

@@ -14,7 +14,7 @@ import torch
 
 from . import metrics
 from ._barrier import EXECUTOR, from_cpu, to_cpu
-from ._tensor import Layout, LazyTensor, new_tensor, write
+from ._tensor import Layout, LazyTensor, new_tensor, resize_to, write
 
 __all__ = ["fallback"]
 
@@ -40,12 +40,31 @@ def _device_index(args) -> int:
     return 0
 
 
+def _written_kwargs(func) -> set[str]:
+    return {
+        a.name
+        for a in func._schema.arguments
+        if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+    }
+
+
+def _resizable(value):
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if type(value) in (list, tuple):
+        return type(value)(_resizable(v) for v in value)
+    return value
+
+
 def fallback(func, args, kwargs):
     name = func._schema.name.split("::")[-1]
     EXECUTOR.check_execution_allowed(f"a CPU fallback of aten::{name}")
     metrics.bump(f"aten::{name}")  # counted only once it is allowed to run
     cpu_args = [_to_cpu_arg(a) for a in args]
     cpu_kwargs = {k: _to_cpu_arg(v) for k, v in kwargs.items()}
+    for k, v in cpu_kwargs.items():  # out= tensors: the CPU kernel may resize them, and
+        if k in _written_kwargs(func):  # a tensor over a numpy buffer cannot be resized
+            cpu_kwargs[k] = _resizable(v)
     out = func(*cpu_args, **cpu_kwargs)
     index = _device_index(list(args) + list(kwargs.values()))
     device = kwargs.get("device")
@@ -61,12 +80,10 @@ def fallback(func, args, kwargs):
         pairs = zip(lazy, cpu) if isinstance(lazy, (list, tuple)) else [(lazy, cpu)]
         for lz, c in pairs:
             if type(lz) is LazyTensor:
-                if tuple(c.shape) != tuple(lz.shape):
-                    raise NotImplementedError(
-                        f"lazax: aten::{name} resized an argument on the CPU fallback; "
-                        f"resizing a lazax tensor in place is not supported."
-                    )
-                write(lz, from_cpu(c, index))
+                if tuple(c.shape) != tuple(lz.shape):  # an out= tensor the kernel resized
+                    resize_to(lz, tuple(c.shape), from_cpu(c.contiguous(), index))
+                else:
+                    write(lz, from_cpu(c, index))
                 written[id(c)] = lz
 
     def back(o):

@@ -12,6 +12,8 @@ Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from lazax import ir
@@ -20,9 +22,9 @@ from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._dispatch import run_plan
 from ._dtypes import dtype_name
 from ._plans import FUNCTIONAL, OpPlan
-from ._tensor import Layout, LazyTensor, ir_value, new_tensor, write
+from ._tensor import Layout, LazyTensor, ir_value, new_tensor, resize_to, write
 
-__all__ = ["SPECIAL", "copy_into", "register_factories"]
+__all__ = ["SPECIAL", "copy_into", "register_factories", "resize_out"]
 
 aten = torch.ops.aten
 
@@ -62,6 +64,30 @@ def _copy_(args, kwargs):
     if EXECUTOR.eager:
         EXECUTOR.sync_storages([dst._lz_storage])
     return dst
+
+
+def resize_out(out: LazyTensor, value: LazyTensor) -> None:
+    """An ``out=`` tensor of another shape than the result: torch resizes it (and warns
+    when it had elements); then it holds the result, cast to its dtype."""
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape "
+            f"{list(value.shape)}. This behavior is deprecated, and in a future PyTorch "
+            f"release outputs will not be resized unless they have zero elements. You can "
+            f"explicitly reuse an out tensor t by resizing it, inplace, to zero elements "
+            f"with t.resize_(0).",
+            UserWarning,
+            stacklevel=4,
+        )
+    shape = tuple(value.shape)
+    src = ir_value(value)
+    dtype = dtype_name(out.dtype)
+    if src.spec.dtype != dtype:
+        src = _cast_broadcast(src, shape, dtype)
+    resize_to(out, shape, src)
+    if EXECUTOR.eager:
+        EXECUTOR.sync_storages([out._lz_storage])
 
 
 _TO_COPY_PLAN = OpPlan(aten._to_copy.default, "aten::_to_copy", FUNCTIONAL)

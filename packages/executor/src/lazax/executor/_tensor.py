@@ -43,6 +43,7 @@ __all__ = [
     "new_alias",
     "new_tensor",
     "rebind",
+    "resize_to",
     "write",
 ]
 
@@ -294,6 +295,31 @@ def write(t: LazyTensor, value: ir.Value) -> None:
     storage.set(view_scatter(storage.value, view, value))
     t._lz_value = value
     t._lz_seen = storage.version
+
+
+_SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
+
+
+def resize_to(t: LazyTensor, shape: tuple[int, ...], value: ir.Value) -> None:
+    """Resize ``t`` in place (an ``out=`` tensor of the wrong shape, as torch resizes
+    it): contiguous ``shape``, and a fresh storage holding ``value`` (of that shape and
+    ``t``'s dtype). Other aliases of the old storage keep it, as after torch's
+    reallocation. torch's metadata is changed by the Meta kernel of ``set_``, on the
+    storage of a wrapper of the new size (a lazax tensor has no data pointer)."""
+    if t._lz_view is not None:
+        raise RuntimeError(
+            f"lazax cannot resize a view (shape {list(t.shape)}) to {list(shape)}; pass a "
+            f"tensor that is not a view, or one of the right shape."
+        )
+    carrier = _make_wrapper(LazyTensor, shape, dtype=t.dtype, device=t.device)
+    _SET_STORAGE._op_dk(
+        torch._C.DispatchKey.Meta, t, carrier.untyped_storage(), 0, shape, contiguous_strides(shape)
+    )
+    t._lz_storage = Storage(value, t._lz_storage.device_index)
+    t._lz_view = None
+    t._lz_value = value
+    t._lz_seen = 0
+    t._lz_key = Layout(tuple(shape), t.dtype).mkey
 
 
 # -- the two view pseudo-ops (lowered in ops/views.py) -----------------------------
