@@ -21,8 +21,9 @@ import torch
 SKIPS: dict[tuple[str, str, str, str], str] = {
     # Known wrong or failing; each is a bug to fix (issue 6), not a limit accepted.
     ("nn.functional.binary_cross_entropy_with_logits", "op", "bfloat16", "*"): (
-        "bfloat16 values differ from torch's beyond bf16 tolerance (torch's CPU kernel "
-        "rounds intermediate steps to bfloat16; the lowering computes in float32)"
+        "torch's CPU kernel rounds its intermediate steps to bfloat16, lazax rounds once: "
+        "against a float64 reference lazax's error is at most torch's on all 26 samples "
+        "(e.g. 0.028 vs 0.221), but they differ by up to 0.2, past any bf16 tolerance"
     ),
     ("polygamma.polygamma_n_1", "inplace", "*", "dynamo"): (
         "BackendCompilerFailed: the in-place polygamma graph does not capture under dynamo"
