@@ -1,6 +1,6 @@
 """The memory-map guard: near the OS's limit on mappings, the oldest executables go.
 
-An XLA CPU executable holds its code in ~15 mappings of its own; a full cache of real
+An XLA CPU executable holds its code in ~13 mappings of its own; a full cache of real
 graphs can pass Linux's default limit (65,530), and then LLVM aborts the process. The
 guard is tested with the runtime's reading replaced (reaching the real limit takes tens
 of thousands of compiles); that the reading itself is right is checked against /proc.

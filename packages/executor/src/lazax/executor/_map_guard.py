@@ -7,7 +7,7 @@ guard off). Past ``HIGH_WATER`` of the limit it first lets jax drop its own cach
 the process is still past it, it evicts the least recently used executables, in
 proportion, down to ``LOW_WATER``, counts ``MemoryMapEvictions`` and warns once.
 
-Why: each XLA CPU executable keeps its JIT code in mappings of its own (about 15 for a
+Why: each XLA CPU executable keeps its JIT code in mappings of its own (about 13 for a
 small graph, one or more per kernel), and Linux allows 65,530 per process by default
 (``vm.max_map_count``). A cache of 2,048 executables of real graphs can pass that, and
 then LLVM aborts the process ("Unable to allocate section memory"): no Python error, the
