@@ -59,11 +59,13 @@ def run_mode(mode: str, variants: list[str], dtypes: list[str], shard=(0, 1)) ->
                     continue
                 if not applies(op, dtype, variant):
                     continue
+                began = time.perf_counter()
                 try:
                     result = check(op, dtype, mode, variant)
                     row = [result.status, result.samples, result.detail[:400]]
                 except Exception as err:  # the harness itself failed: report, go on
                     row = ["error", 0, f"harness: {type(err).__name__}: {err}"[:400]]
+                row.append(round(time.perf_counter() - began, 2))  # where the time goes
                 outcomes[f"{op_id(op)}|{dtype_name}|{variant}"] = row
     return {
         "mode": mode,
@@ -91,7 +93,8 @@ def write_table() -> None:
     for run in runs:
         cells: dict = defaultdict(lambda: [0, 0])
         failing = []
-        for key, (status, _samples, detail) in sorted(run["outcomes"].items()):
+        for key, row in sorted(run["outcomes"].items()):
+            status, detail = row[0], row[2]
             name, dtype, variant = key.split("|")
             if status == "none":
                 continue
@@ -122,6 +125,19 @@ def write_table() -> None:
             detail = detail.replace("|", "\\|").replace("\n", " ")[:200]
             lines.append(f"| {name} | {dtype} | {variant} | {status} | {detail} |")
         lines += ["", "</details>", ""]
+        timed = sorted(
+            ((row[3], key) for key, row in run["outcomes"].items() if len(row) > 3),
+            reverse=True,
+        )
+        if timed:
+            total = sum(seconds for seconds, _ in timed)
+            lines += [
+                f"Slowest cases (of {total:.0f} s spent in cases): "
+                + ", ".join(
+                    f"{key.replace('|', ' ')} {seconds:.0f} s" for seconds, key in timed[:8]
+                ),
+                "",
+            ]
     TABLE.write_text("\n".join(lines))
 
 
@@ -189,7 +205,8 @@ def record_failures() -> None:
     known = {}
     for path in sorted(RESULTS.glob("*.json")):
         run = json.loads(path.read_text())
-        for key, (status, _samples, detail) in run["outcomes"].items():
+        for key, row in run["outcomes"].items():
+            status, detail = row[0], row[2]
             if status in ("pass", "none"):
                 continue
             name, dtype, variant = key.split("|")
