@@ -1,6 +1,7 @@
 """Cache keys from named parts, and recompile reports that say what changed and where."""
 
 import jax
+import pytest
 import torch
 
 import lazax.executor as lx_exec
@@ -12,6 +13,14 @@ DEV = lx.device()
 
 def counter(name):
     return lx.metrics.counter_value(name) or 0
+
+
+@pytest.fixture(autouse=True)
+def _no_earlier_reports():
+    """Start each test with no recompile reports: only the latest 1,024 are kept, so
+    after a long run in the same process (the conformance suite, under xdist) counting
+    new ones by the list's length finds none."""
+    lx.metrics.clear_all()
 
 
 class _Runtime:

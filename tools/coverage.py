@@ -3,6 +3,7 @@
     python tools/coverage.py --mode lazy --mode eager   # run those modes, then write
     python tools/coverage.py --mode eager --variant op --dtype float32  # a subset
     python tools/coverage.py --mode lazy --jobs 2       # in 2 processes (2 cores)
+    python tools/coverage.py --mode lazy --op gather --record-failures  # after a fix
     python tools/coverage.py                            # rewrite the table from the
                                                         # results already in docs/coverage/
 
@@ -33,7 +34,7 @@ VARIANT_NAMES = ["op", "inplace", "out", "grad"]
 DTYPE_NAMES = ["float32", "bfloat16", "int64", "bool"]
 
 
-def run_mode(mode: str, variants: list[str], dtypes: list[str], shard=(0, 1)) -> dict:
+def run_mode(mode: str, variants: list[str], dtypes: list[str], shard=(0, 1), only=()) -> dict:
     sys.path.insert(0, str(ROOT))
     warnings.filterwarnings("ignore")
     import torch
@@ -44,7 +45,7 @@ def run_mode(mode: str, variants: list[str], dtypes: list[str], shard=(0, 1)) ->
     outcomes = {}
     start = time.perf_counter()
     for position, op in enumerate(op_db):
-        if position % shard[1] != shard[0]:
+        if position % shard[1] != shard[0] or (only and op_id(op) not in only):
             continue
         if position % 50 == shard[0]:
             print(
@@ -173,6 +174,12 @@ def main(argv: list[str]) -> None:
         action="store_true",
         help="write tests/conformance/known_failures.json from the results of every mode",
     )
+    parser.add_argument(
+        "--op",
+        action="append",
+        default=[],
+        help="re-run only these OpInfos (ids as in the table) and update the stored run",
+    )
     parser.add_argument("--shard", help=argparse.SUPPRESS)  # k/n: a worker's share
     parser.add_argument("--out", help=argparse.SUPPRESS)  # a worker's result file
     args = parser.parse_args(argv)
@@ -184,7 +191,12 @@ def main(argv: list[str]) -> None:
         return
     RESULTS.mkdir(parents=True, exist_ok=True)
     for mode in args.mode:
-        if args.jobs > 1:
+        if args.op:  # a partial re-run: merged into the stored run of this mode
+            stored = json.loads((RESULTS / f"{mode}.json").read_text())
+            fresh = run_mode(mode, variants, dtypes, only=set(args.op))
+            stored["outcomes"].update(fresh["outcomes"])
+            run = stored
+        elif args.jobs > 1:
             run = run_parallel(mode, variants, dtypes, args.jobs)
         else:
             run = run_mode(mode, variants, dtypes)

@@ -259,7 +259,14 @@ def _run_out(func, plan: OpPlan, args: tuple, kwargs: dict):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+# Ops that alias their input although their schema does not say so: torch's composite
+# out= kernels (kron.out, ...) write through an _unsafe_view of the out tensor.
+_UNDECLARED_VIEWS = {"aten::_unsafe_view"}
+
+
 def _is_view(func) -> bool:
+    if func._schema.name in _UNDECLARED_VIEWS:
+        return True
     returns = func._schema.returns
     return bool(returns) and all(
         r.alias_info is not None and not r.alias_info.is_write for r in returns

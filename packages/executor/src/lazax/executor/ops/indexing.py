@@ -188,6 +188,8 @@ def _as_1d(*arrays):
 
 @lowering(aten.gather.default)
 def gather(ctx, x, dim, idx, sparse_grad=False):
+    if idx.size == 0:  # torch takes an empty index of any rank: nothing is read
+        return jnp.zeros(ctx.shape, x.dtype)
     x1, idx1 = _as_1d(x, idx)
     return x1[_grid(idx1, _dim(dim, x1.ndim))].reshape(ctx.shape)
 
@@ -212,6 +214,8 @@ _AT = {
 
 
 def _scatter(ctx, x, dim, idx, src, reduce=None, include_self=True):
+    if idx.size == 0:  # an empty index of any rank writes nothing
+        return x.reshape(ctx.shape)
     x1, idx1 = _as_1d(x, idx)
     grid = _grid(idx1, _dim(dim, x1.ndim))
     src = _src(src, idx1, x.dtype)

@@ -7,6 +7,8 @@ documents none); ``sort(stable=True)`` matches exactly.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -72,6 +74,9 @@ def _searchsorted(seq, values, right, sorter=None):
 
 @lowering(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def searchsorted(ctx, seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    if math.prod(ctx.shape) == 0 or seq.shape[-1] == 0:
+        # Nothing to search, or an empty sequence: every value goes at position 0.
+        return jnp.zeros(ctx.shape, ctx.dtype)
     return _searchsorted(seq, values, right or side == "right", sorter)
 
 
