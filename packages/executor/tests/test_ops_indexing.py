@@ -160,6 +160,39 @@ CASES.update(
             lambda d: torch.arange(4, -2, -0.5, dtype=torch.bfloat16, device=d.device),
             torch.zeros(1),
         ),
+        "arange_int_float_args": (  # torch truncates start and step first: 2, 1, 0, -1
+            lambda d: torch.arange(2.1, -2.9, -1.0, dtype=torch.int64, device=d.device),
+            torch.zeros(1),
+        ),
+        "arange_int_fraction_step": (
+            lambda d: torch.arange(0.5, 5, 1.5, dtype=torch.int64, device=d.device),
+            torch.zeros(1),
+        ),
+        # XLA has no add or multiply on bool: torch's bool sum is "or", product "and".
+        "scatter_add_bool": (
+            lambda x, i, s: x.scatter_add(1, i, s),
+            torch.tensor([[True, False, False, False], [False] * 4]),
+            DUP_IDX,
+            torch.tensor([[False, True, True], [True, False, False]]),
+        ),
+        "scatter_reduce_prod_bool": (
+            lambda x, i, s: x.scatter_reduce(1, i, s, "prod", include_self=False),
+            torch.ones(2, 4, dtype=torch.bool),
+            DUP_IDX,
+            torch.tensor([[False, True, True], [True, True, True]]),
+        ),
+        "index_add_bool": (
+            lambda x, i, s: x.index_add(0, i, s),
+            torch.zeros(3, 2, dtype=torch.bool),
+            torch.tensor([0, 0, 2]),
+            torch.tensor([[True, False], [False, False], [False, True]]),
+        ),
+        "index_put_accumulate_bool": (
+            lambda x, i, v: put(x, (i,), v, accumulate=True),
+            torch.zeros(3, dtype=torch.bool),
+            torch.tensor([1, 1, 0]),
+            torch.tensor([True, False, False]),
+        ),
         "flip": (lambda x: x.flip(0, -1), X3),
         "roll": (lambda x: x.roll(2, 1), X),
         "roll_multi": (lambda x: x.roll((1, -1), (0, 2)), X3),

@@ -73,6 +73,10 @@ CASES = {
         lambda x: torch.ops.aten.native_layer_norm(x, [4], None, None, 1e-5),
         X3,
     ),
+    "native_layer_norm_stats_bf16": (  # the CPU kernel saves bf16 mean and rstd
+        lambda x: torch.ops.aten.native_layer_norm(x, [5], None, None, 1e-5),
+        XB,
+    ),
     "embedding": (lambda i, w: F.embedding(i, w), torch.tensor([[0, 2], [4, 2]]), X.t()),
     "embedding_1d_int32": (
         lambda i, w: F.embedding(i, w),

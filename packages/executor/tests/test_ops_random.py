@@ -113,3 +113,7 @@ def test_native_dropout_edges(no_fallback):
     g = torch.ops.aten.native_dropout_backward(x, x > 0, 2.0).cpu()
     xc = x.cpu()
     torch.testing.assert_close(g, torch.where(xc > 0, 2 * xc, 0.0))
+    flags = x > 0.5  # a bool grad gives float32 grad * mask * scale, unrounded
+    g = torch.ops.aten.native_dropout_backward(flags, x > 0, 2.0)
+    assert g.dtype == torch.float32
+    torch.testing.assert_close(g.cpu(), torch.where(xc > 0.5, 2.0, 0.0))

@@ -227,3 +227,60 @@ def test_an_out_tensor_resized_by_a_cpu_fallback_kernel():
     out = torch.empty(0, device=DEV)
     torch.linalg.solve(A.to(DEV), rhs.to(DEV), out=out)
     torch.testing.assert_close(out.cpu(), torch.linalg.solve(A, rhs), rtol=1e-4, atol=1e-5)
+
+
+def test_composite_out_kernels_that_skip_out_on_a_subclass_write_it():
+    # torch's composite out= kernels of these ops take a branch for tensor subclasses
+    # that never writes out (or resizes it back): lazax registers its own.
+    A = torch.randn(5, 5)
+    rank = torch.full((), -1, dtype=torch.int64, device=DEV)
+    assert torch.linalg.matrix_rank(A.to(DEV), out=rank) is rank
+    assert rank.item() == torch.linalg.matrix_rank(A).item() == 5
+    torch.linalg.matrix_rank(A.to(DEV), atol=1e3, rtol=0.0, out=rank)
+    assert rank.item() == 0
+    x = torch.randn(5, 6, 7)
+    out = torch.empty(0, dtype=torch.complex64, device=DEV)
+    torch.fft.ihfftn(x.to(DEV), s=(8,), out=out)
+    torch.testing.assert_close(out.cpu(), torch.fft.ihfftn(x, s=(8,)))
+    out2 = torch.empty(0, dtype=torch.complex64, device=DEV)
+    torch.fft.ihfft2(x.to(DEV), out=out2)
+    torch.testing.assert_close(out2.cpu(), torch.fft.ihfft2(x))
+    a, v = torch.randn(5, 5, 10), torch.randn(10)
+    mm = torch.empty(5, 5, device=DEV)
+    torch.matmul(a.to(DEV), v.to(DEV), out=mm)
+    torch.testing.assert_close(mm.cpu(), a @ v)
+
+
+def test_composite_out_kernels_keep_torchs_errors():
+    a = torch.randn(3, 3, device=DEV, requires_grad=True)
+    out = torch.empty(3, 3, device=DEV)
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        torch.matmul(a, a, out=out)
+    with torch.no_grad():
+        torch.matmul(a, a, out=out)
+    torch.testing.assert_close(out.cpu(), (a @ a).detach().cpu())
+    with pytest.raises(RuntimeError, match="Expected out tensor to have device"):
+        torch.matmul(a.detach(), a.detach(), out=torch.empty(3, 3))
+
+
+def test_complex_scalars_and_zero_gradients():
+    z = torch.randn(3, dtype=torch.complex64)
+    torch.testing.assert_close((z.to(DEV) * (1 + 2j)).cpu(), z * (1 + 2j))
+    x = torch.randn(4, 4, device=DEV, requires_grad=True)
+    torch.sgn(x).sum().backward()  # autograd's _efficientzerotensor, made on lazax
+    assert x.grad.device == DEV and not x.grad.cpu().any()
+    r, theta = torch.tensor(2.0, requires_grad=True), torch.tensor(0.5, requires_grad=True)
+    expected = torch.autograd.grad(torch.polar(r, theta).real, (r, theta))
+    r_, theta_ = (t.detach().to(DEV).requires_grad_() for t in (r, theta))
+    got = torch.autograd.grad(torch.polar(r_, theta_).real, (r_, theta_))
+    torch.testing.assert_close([g.cpu() for g in got], list(expected))
+
+
+def test_an_in_place_cpu_kernel_may_resize_self_as_torch_does():
+    # torch's addbmm_ writes a (5, 10) result into a (1,) self by resizing it.
+    s, a, b = torch.randn(1), torch.randn(5, 5, 5), torch.randn(5, 5, 10)
+    expected = s.clone().addbmm_(a, b)
+    x = s.to(DEV)
+    assert x.addbmm_(a.to(DEV), b.to(DEV)) is x
+    assert x.shape == (5, 10)
+    torch.testing.assert_close(x.cpu(), expected)

@@ -16,6 +16,7 @@ register()
 
 from . import metrics  # noqa: E402
 from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
+from ._composite_out import register_composite_outs  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
 from ._lowering import lower as lower_graph  # noqa: E402
@@ -36,6 +37,7 @@ from ._version import __version__  # noqa: E402
 from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops  # noqa: E402
 
 register_factories()
+register_composite_outs()
 
 
 def _let_optimizers_use_foreach() -> None:

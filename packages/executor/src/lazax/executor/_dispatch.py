@@ -245,12 +245,16 @@ def _functional_counterpart(func, drop_out: bool = False):
 
 def _run_out(func, plan: OpPlan, args: tuple, kwargs: dict):
     """An ``out=`` overload: the functional rule, then a copy into each out tensor."""
-    from ._special import copy_into, resize_out
-
     out_names = [a.name for a in func._schema.arguments if _is_out(a)]
     outs = [kwargs[n] for n in out_names]
     result = run_plan(plan, args, {k: v for k, v in kwargs.items() if k not in out_names})
-    results = result if isinstance(result, (tuple, list)) else (result,)
+    return write_outs(outs, result if isinstance(result, (tuple, list)) else (result,))
+
+
+def write_outs(outs: list, results) -> torch.Tensor | tuple:
+    """Each result into its ``out=`` tensor (resized as torch resizes it); the outs."""
+    from ._special import copy_into, resize_out
+
     for out, value in zip(outs, results):
         if tuple(out.shape) != tuple(value.shape):
             resize_out(out, value)

@@ -40,12 +40,13 @@ def _device_index(args) -> int:
     return 0
 
 
-def _written_kwargs(func) -> set[str]:
-    return {
-        a.name
-        for a in func._schema.arguments
-        if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
-    }
+def _written(func) -> tuple[set[int], set[str]]:
+    """Positions and keyword names of the arguments ``func`` writes (in place, out=)."""
+    positions, names = set(), set()
+    for k, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            (names if a.kwarg_only else positions).add(a.name if a.kwarg_only else k)
+    return positions, names
 
 
 def _resizable(value):
@@ -60,11 +61,15 @@ def fallback(func, args, kwargs):
     name = func._schema.name.split("::")[-1]
     EXECUTOR.check_execution_allowed(f"a CPU fallback of aten::{name}")
     metrics.bump(f"aten::{name}")  # counted only once it is allowed to run
-    cpu_args = [_to_cpu_arg(a) for a in args]
-    cpu_kwargs = {k: _to_cpu_arg(v) for k, v in kwargs.items()}
-    for k, v in cpu_kwargs.items():  # out= tensors: the CPU kernel may resize them, and
-        if k in _written_kwargs(func):  # a tensor over a numpy buffer cannot be resized
-            cpu_kwargs[k] = _resizable(v)
+    # Written tensors are cloned: the CPU kernel may resize them (out=, and in place:
+    # addbmm_ on a (1,) self), and a tensor over a numpy buffer cannot be resized.
+    positions, names = _written(func)
+    cpu_args = [
+        _resizable(_to_cpu_arg(a)) if k in positions else _to_cpu_arg(a) for k, a in enumerate(args)
+    ]
+    cpu_kwargs = {
+        k: _resizable(_to_cpu_arg(v)) if k in names else _to_cpu_arg(v) for k, v in kwargs.items()
+    }
     out = func(*cpu_args, **cpu_kwargs)
     index = _device_index(list(args) + list(kwargs.values()))
     device = kwargs.get("device")

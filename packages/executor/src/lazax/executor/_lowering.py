@@ -42,10 +42,13 @@ def _fill(template: Any, operands: list) -> Any:
 
 
 def _decode(value: Any) -> Any:
-    """Attribute encodings back to values a rule takes (a dtype becomes a numpy dtype)."""
+    """Attribute encodings back to values a rule takes (a dtype becomes a numpy dtype,
+    a complex scalar a Python complex)."""
     if type(value) is tuple:
         if len(value) == 2 and value[0] == "dtype":
             return jnp.dtype(value[1])
+        if len(value) == 3 and value[0] == "complex":
+            return complex(value[1], value[2])
     return value
 
 

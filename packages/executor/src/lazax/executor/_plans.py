@@ -279,7 +279,15 @@ def _batch_norm_saved_stats(meta_args, outs):
     return fixed
 
 
+def _layer_norm_saved_stats(meta_args, outs):
+    """torch's CPU layer-norm kernel saves mean and rstd in the input's dtype (bfloat16
+    in, bfloat16 statistics); the meta kernel says float32."""
+    x = meta_args[0]
+    return [outs[0]] + [torch.empty(tuple(o.shape), dtype=x.dtype, device="meta") for o in outs[1:]]
+
+
 _CPU_KERNEL_SPECS = {
+    torch.ops.aten.native_layer_norm.default: _layer_norm_saved_stats,
     torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_saved_stats,
     torch.ops.aten._native_batch_norm_legit.default: _batch_norm_saved_stats,
     torch.ops.aten._native_batch_norm_legit.no_stats: _batch_norm_saved_stats,

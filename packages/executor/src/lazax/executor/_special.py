@@ -185,6 +185,7 @@ _FACTORIES = (
     "full",
     "tril_indices",
     "triu_indices",
+    "_efficientzerotensor",
 )
 
 

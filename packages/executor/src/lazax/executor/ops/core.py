@@ -135,6 +135,13 @@ def fill(ctx, x, value):
     return jnp.full(ctx.shape, jnp.asarray(value).astype(ctx.dtype), ctx.dtype)
 
 
+@lowering(aten._efficientzerotensor.default)
+def efficient_zero_tensor(ctx, size, **kwargs):
+    # torch's autograd makes these for zero gradients (sgn's backward at real inputs);
+    # on lazax they are plain zeros.
+    return jnp.zeros(ctx.shape, ctx.dtype)
+
+
 @lowering(aten.scalar_tensor.default)
 def scalar_tensor(ctx, value, **kwargs):
     return jnp.asarray(value).astype(ctx.dtype)

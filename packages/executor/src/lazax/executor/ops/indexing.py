@@ -129,7 +129,7 @@ def index_put(ctx, x, indices, values, accumulate=False):
         indices = _masks_as_indices(indices)
     at = x.at[_key(indices)]
     values = values.astype(x.dtype)
-    return at.add(values) if accumulate else at.set(values)
+    return _update(at, "add" if accumulate else "set", x.dtype)(values)
 
 
 @lowering(aten.index_select.default)
@@ -155,7 +155,8 @@ def index_add(ctx, x, dim, idx, source, *, alpha=1):
     source = source.reshape(1) if source.ndim == 0 else source
     if not (type(alpha) in (int, float) and alpha == 1):
         source = source * alpha
-    return flat.at[_along(flat, dim, idx)].add(source.astype(x.dtype)).reshape(ctx.shape)
+    add = _update(flat.at[_along(flat, dim, idx)], "add", x.dtype)
+    return add(source.astype(x.dtype)).reshape(ctx.shape)
 
 
 @lowering(aten.index_copy.default)
@@ -213,6 +214,17 @@ _AT = {
 }
 
 
+# XLA has no add or multiply on bool; torch's bool sum is "any", its product "all".
+_BOOL_UPDATE = {"add": "max", "multiply": "min"}
+
+
+def _update(at, kind: str, dtype):
+    """``at.<kind>``, ``add``/``multiply`` read as or/and on bool."""
+    if dtype == jnp.bool_:
+        kind = _BOOL_UPDATE.get(kind, kind)
+    return getattr(at, kind)
+
+
 def _scatter(ctx, x, dim, idx, src, reduce=None, include_self=True):
     if idx.size == 0:  # an empty index of any rank writes nothing
         return x.reshape(ctx.shape)
@@ -249,7 +261,7 @@ def _scatter(ctx, x, dim, idx, src, reduce=None, include_self=True):
             else:
                 identity = jnp.asarray(info.min if reduce == "amax" else info.max, x.dtype)
         base = jnp.where(touched, identity, x1)
-    return getattr(base.at[grid], _AT[reduce])(src).reshape(ctx.shape)
+    return _update(base.at[grid], _AT[reduce], x.dtype)(src).reshape(ctx.shape)
 
 
 @lowering(aten.scatter.src, aten.scatter.value)
@@ -287,12 +299,10 @@ def tril(ctx, x, diagonal=0):
 
 def _arange(ctx, start, step):
     dtype = jnp.dtype(ctx.dtype)
-    exact = jnp.issubdtype(dtype, jnp.integer) and all(
-        isinstance(v, int) or jnp.issubdtype(jnp.asarray(v).dtype, jnp.integer)
-        for v in (start, step)
-    )
-    if exact:
-        compute = jnp.int64
+    if jnp.issubdtype(dtype, jnp.integer):
+        # torch accumulates an integer arange in int64: float start and step are
+        # truncated first (arange(2.1, -2.9, -1.0, dtype=int64) is 2, 1, 0, -1).
+        start, step, compute = int(start), int(step), jnp.int64
     elif dtype == jnp.float64:
         compute = jnp.float64
     else:

@@ -162,5 +162,7 @@ def native_dropout(ctx, x, p, train):
 def native_dropout_backward(ctx, grad, mask, scale):
     acc = _float(grad.dtype)
     # torch: grad * (mask.type_as(grad) * scale), the factor rounded to grad's dtype.
-    factor = (mask.astype(acc) * jnp.asarray(scale, acc)).astype(grad.dtype)
-    return grad.astype(acc) * factor.astype(acc)
+    factor = mask.astype(acc) * jnp.asarray(scale, acc)
+    if grad.dtype != jnp.bool_:  # a bool grad gives float32, the factor unrounded
+        factor = factor.astype(grad.dtype).astype(acc)
+    return (grad.astype(acc) * factor).astype(ctx.dtype)
