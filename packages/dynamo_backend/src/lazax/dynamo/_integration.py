@@ -44,6 +44,12 @@ def _register_tensor_type() -> None:
         table[LazyTensor] = table[torch.Tensor]
     # Read by dynamo's ``istensor`` (attribute access, guards on tensor methods).
     config.traceable_tensor_subclasses.add(LazyTensor)
+    # Data-dependent output shapes (masked_select, x[mask], where(cond)): left to break
+    # the graph, dynamo breaks inside its model of the tensor subclass, and the resume
+    # code it generates names a global it has already removed (NameError, torch 2.13,
+    # any backend). Captured instead, they reach lazax's graph as ops like any other,
+    # and lazax computes their shapes itself. Process-wide, as every dynamo setting.
+    config.capture_dynamic_output_shape_ops = True
 
 
 def _skip_lazax_frames() -> None:

@@ -281,7 +281,40 @@ def _mutates(func) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
 
 
+# Ops whose index tensors may live on the CPU, as torch allows for cuda tensors
+# (``x[torch.tensor([0, 2])] = y`` on the device): uploaded before the op runs.
+_CPU_INDICES_OK = {
+    "aten::index",
+    "aten::index_put",
+    "aten::index_put_",
+    "aten::_index_put_impl_",
+    "aten::_unsafe_index",
+    "aten::_unsafe_index_put",
+}
+
+
+def _upload_indices(handler):
+    def run(args, kwargs):
+        indices = args[1]
+        if any(type(i) is not LazyTensor and isinstance(i, torch.Tensor) for i in indices):
+            moved = [
+                _upload(i) if isinstance(i, torch.Tensor) and type(i) is not LazyTensor else i
+                for i in indices
+            ]
+            args = (args[0], moved, *args[2:])
+        return handler(args, kwargs)
+
+    return run
+
+
 def make_handler(func):
+    handler = _make_handler(func)
+    if func._schema.name in _CPU_INDICES_OK:
+        return _upload_indices(handler)
+    return handler
+
+
+def _make_handler(func):
     from ._special import SPECIAL
 
     special = SPECIAL.get(func)
@@ -303,7 +336,7 @@ def make_handler(func):
         if rule is None:
             return lambda args, kwargs: fallback(func, args, kwargs)
         if torch.Tag.inplace_view in func.tags:
-            return _inplace_view_handler(func, make_handler(functional))
+            return _inplace_view_handler(func, _make_handler(functional))
         plan = OpPlan(func, functional.name(), INPLACE, rule.random)
         return lambda args, kwargs: run_plan(plan, args, kwargs)
     rule = get_lowering(func)
