@@ -284,3 +284,8 @@ def test_an_in_place_cpu_kernel_may_resize_self_as_torch_does():
     assert x.addbmm_(a.to(DEV), b.to(DEV)) is x
     assert x.shape == (5, 10)
     torch.testing.assert_close(x.cpu(), expected)
+
+
+def test_sparse_results_are_refused_with_a_clear_error():
+    with pytest.raises(RuntimeError, match="lazax tensors are strided"):
+        torch.randn(3, 3).to(DEV).to_sparse()

@@ -95,6 +95,12 @@ def fallback(func, args, kwargs):
         if isinstance(o, torch.Tensor):
             if id(o) in written:
                 return written[id(o)]
+            if o.layout != torch.strided:
+                raise RuntimeError(
+                    f"aten::{name} gives a {o.layout} tensor, and lazax tensors are strided "
+                    f"(dense) only. Make sparse tensors on the CPU, e.g. "
+                    f"x.cpu().to_sparse(), and densify them before moving to lazax."
+                )
             return new_tensor(from_cpu(o, index), Layout(tuple(o.shape), o.dtype), index)
         if type(o) in (list, tuple):
             return type(o)(back(x) for x in o)
