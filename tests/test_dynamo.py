@@ -286,3 +286,20 @@ def test_cpu_tensors_stay_on_the_cpu():
     out = compiled(torch.ones(3))
     assert out.device.type == "cpu"
     torch.testing.assert_close(out, torch.full((3,), 3.0))
+
+
+def test_out_kernels_torch_skips_on_subclasses_write_out_in_the_graph():
+    # torch's composite out= kernels of these ops never write out for a tensor subclass
+    # (a fake tensor during tracing is one): lazax's own kernel puts the write in the graph.
+    def rank_and_product(a, v, rank, product):
+        torch.linalg.matrix_rank(a, out=rank)
+        torch.matmul(a, v, out=product)
+        return rank, product
+
+    a, v = torch.randn(5, 5), torch.randn(5)
+    rank = torch.full((), -1, dtype=torch.int64, device=DEV)
+    product = torch.empty(5, device=DEV)
+    compiled = torch.compile(rank_and_product, backend="lazax")
+    compiled(a.to(DEV), v.to(DEV), rank, product)
+    assert rank.item() == torch.linalg.matrix_rank(a).item() == 5
+    torch.testing.assert_close(product.cpu(), a @ v)

@@ -61,6 +61,16 @@ def _kernel(out_op, functional):
                 f"{short}(): functions with out=... arguments don't support automatic "
                 f"differentiation, but one of the arguments requires grad."
             )
+        if not any(type(a) is LazyTensor for a in args):
+            # Fake tensors of the lazax device (dynamo tracing): the same steps in torch
+            # ops, so that the graph holds the write (torch's composite would drop it).
+            result = functional(*args, **kwargs)
+            results = result if isinstance(result, (tuple, list)) else (result,)
+            for out, value in zip(outs, results):
+                if out.shape != value.shape:
+                    out.resize_(value.shape)
+                out.copy_(value)
+            return outs[0] if len(outs) == 1 else tuple(outs)
         for out in outs:
             if type(out) is not LazyTensor:
                 raise RuntimeError(
