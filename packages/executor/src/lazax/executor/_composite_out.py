@@ -11,7 +11,9 @@ lazax user would get a wrong answer with no error.
 For these overloads lazax registers a kernel at the ``AutogradPrivateUse1`` key, which
 is reached before torch's composite: it runs the functional overload (decomposed and
 lowered as usual) and writes the result into ``out`` as every lazax ``out=`` op does
-(resized with torch's warning when its shape differs, cast to its dtype).
+(resized with torch's warning when its shape differs, cast to its dtype). On fake tensors
+of the lazax device (dynamo tracing a graph) it does the same steps in torch ops, so that
+the traced graph holds the write.
 """
 
 from __future__ import annotations
