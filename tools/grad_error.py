@@ -22,8 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(op, sample, variant: str, index: int, device, dtype):
+    """The sample's outputs (or gradients, the harness's seeded cotangents) as float64."""
     import torch
     from torch.utils._pytree import tree_flatten, tree_map
+
+    from tests.conformance.harness import _grad_run
 
     def move(x):
         if not isinstance(x, torch.Tensor):
@@ -32,17 +35,11 @@ def _run(op, sample, variant: str, index: int, device, dtype):
         return x.detach().to(device, target).requires_grad_(x.requires_grad)
 
     x, args, kwargs = tree_map(move, (sample.input, sample.args, sample.kwargs))
-    out = op.op(x, *args, **kwargs)
-    outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-    if variant == "op":
-        return [o.detach().cpu().double() for o in outs]
-    inputs = [t for t in tree_flatten((x, args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    inputs = [t for t in inputs if t.requires_grad]
-    outs = [o for o in outs if o.requires_grad]
-    generator = torch.Generator().manual_seed(index)
-    cotangents = [torch.randn(o.shape, generator=generator).to(device, o.dtype) for o in outs]
-    grads = torch.autograd.grad(outs, inputs, cotangents, allow_unused=True)
-    return [g.cpu().double() for g in grads if g is not None]
+    if variant == "grad":
+        out = _grad_run(op.op, x, args, kwargs, index)
+    else:
+        out = op.op(x, *args, **kwargs)
+    return [t.detach().cpu().double() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
 
 
 def main(argv: list[str]) -> None:

@@ -161,8 +161,7 @@ def _compare(name: str, got, expected, dtype, what: str, values_defined: bool, p
             )
         if not values_defined:
             continue
-        # By the output's dtype (an int input can give a float output: cos, logsumexp).
-        rtol, atol = overrides.get(e.dtype, DEFAULT_TOLERANCE.get(e.dtype, (0, 0)))
+        rtol, atol = _tolerance(overrides, e.dtype)
         try:
             torch.testing.assert_close(g, e.detach(), rtol=rtol, atol=atol, equal_nan=True)
         except AssertionError as err:
@@ -171,8 +170,13 @@ def _compare(name: str, got, expected, dtype, what: str, values_defined: bool, p
             raise _Mismatch(f"{what}: output {k}: {err}") from None
 
 
+def _tolerance(overrides: dict, dtype: torch.dtype) -> tuple[float, float]:
+    # By the output's dtype (an int input can give a float output: cos, logsumexp).
+    return overrides.get(dtype, DEFAULT_TOLERANCE.get(dtype, (0, 0)))
+
+
 def _close(overrides: dict, got: torch.Tensor, expected: torch.Tensor) -> bool:
-    rtol, atol = overrides.get(expected.dtype, DEFAULT_TOLERANCE.get(expected.dtype, (0, 0)))
+    rtol, atol = _tolerance(overrides, expected.dtype)
     try:
         torch.testing.assert_close(
             got.detach().cpu(), expected.detach(), rtol=rtol, atol=atol, equal_nan=True

@@ -16,7 +16,6 @@ register()
 
 from . import metrics  # noqa: E402
 from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
-from ._composite_out import register_composite_outs  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
 from ._lowering import lower as lower_graph  # noqa: E402
@@ -31,13 +30,12 @@ from ._sharding import (  # noqa: E402
 from ._sharding import place_arguments as place_sharded_arguments  # noqa: E402
 from ._sharding import placement as sharded_placement  # noqa: E402
 from ._sharding import signature as sharding_signature  # noqa: E402
-from ._special import register_factories  # noqa: E402
+from ._special import register_kernels  # noqa: E402
 from ._tensor import Layout, LazyTensor, Storage, ir_value, new_alias, new_tensor, rebind  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops  # noqa: E402
 
-register_factories()
-register_composite_outs()
+register_kernels()
 
 
 def _let_optimizers_use_foreach() -> None:

@@ -22,8 +22,6 @@ import torch
 
 from ._tensor import LazyTensor
 
-aten = torch.ops.aten
-
 # (out= overload, its functional overload); each measured wrong by the OpInfo run.
 _BROKEN_OUT = (
     ("linalg_matrix_rank.out", "linalg_matrix_rank.default"),
@@ -34,11 +32,6 @@ _BROKEN_OUT = (
     ("fft_ihfftn.out", "fft_ihfftn.default"),
     ("matmul.out", "matmul.default"),
 )
-
-
-def _overload(name: str):
-    packet, _, overload = name.partition(".")
-    return getattr(getattr(aten, packet), overload)
 
 
 def _requires_grad(values) -> bool:
@@ -85,15 +78,12 @@ def _kernel(out_op, functional):
     return run
 
 
-_LIBRARY = None
+def composite_out_kernels() -> list[tuple[str, object]]:
+    """(out= overload name, lazax's kernel for it), registered by
+    ``_special.register_kernels`` at the ``AutogradPrivateUse1`` key."""
+    from ._special import aten_overload
 
-
-def register_composite_outs() -> None:
-    global _LIBRARY
-    if _LIBRARY is not None:
-        return
-    lib = torch.library.Library("aten", "IMPL")
-    for out_name, functional_name in _BROKEN_OUT:
-        kernel = _kernel(_overload(out_name), _overload(functional_name))
-        lib.impl(out_name, kernel, "AutogradPrivateUse1")
-    _LIBRARY = lib
+    return [
+        (out_name, _kernel(aten_overload(out_name), aten_overload(functional_name)))
+        for out_name, functional_name in _BROKEN_OUT
+    ]

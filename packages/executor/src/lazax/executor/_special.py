@@ -24,7 +24,7 @@ from ._dtypes import dtype_name
 from ._plans import FUNCTIONAL, OpPlan
 from ._tensor import Layout, LazyTensor, ir_value, new_tensor, resize_to, write
 
-__all__ = ["SPECIAL", "copy_into", "register_factories", "resize_out"]
+__all__ = ["SPECIAL", "aten_overload", "copy_into", "register_kernels", "resize_out"]
 
 aten = torch.ops.aten
 
@@ -200,10 +200,20 @@ def _factory(func):
     return lambda *args, **kwargs: fallback(func, args, kwargs)
 
 
+def aten_overload(name: str):
+    """``"arange.start"`` -> ``torch.ops.aten.arange.start`` (no overload: ``default``)."""
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
 _LIBRARY = None
 
 
-def register_factories() -> None:
+def register_kernels() -> None:
+    """lazax's kernels registered with torch's dispatcher: the PrivateUse1 factories, and
+    the composite ``out=`` overloads torch gets wrong on subclasses (``_composite_out``)."""
+    from ._composite_out import composite_out_kernels
+
     global _LIBRARY
     if _LIBRARY is not None:
         return
@@ -212,7 +222,7 @@ def register_factories() -> None:
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     lib.impl("_copy_from", _copy_from, "PrivateUse1")
     for name in _FACTORIES:
-        packet, _, overload = name.partition(".")
-        func = getattr(getattr(torch.ops.aten, packet), overload or "default")
-        lib.impl(name, _factory(func), "PrivateUse1")
+        lib.impl(name, _factory(aten_overload(name)), "PrivateUse1")
+    for name, kernel in composite_out_kernels():
+        lib.impl(name, kernel, "AutogradPrivateUse1")
     _LIBRARY = lib
