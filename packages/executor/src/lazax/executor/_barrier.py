@@ -13,6 +13,11 @@ Contract of ``GraphExecutor.sync_tensors_graph(tensors, wait, sync_ltc_data)``:
 6. Only now are tensors touched: each synced storage (or view) holds device data and its
    IR is dropped. A failed lowering, compile or execution raises before step 6, so every
    tensor keeps the value it had and can still be read.
+Donation (``_donation``): before the cache lookup, the inputs that nothing can read
+after this sync and that an output can take over are chosen; the executable is compiled
+with them donated (the choice is part of the cache key) and writes its outputs over
+them. The decision, the execution and the hand-back run under ``sync_lock``. An
+execution that fails synchronously has consumed nothing, so the rule above still holds.
 ``wait=True`` blocks until the results are ready. ``sync_ltc_data=False`` (eager mode's
 per-op sync) leaves the views of a synced storage holding their IR (it does not bump
 the storage version), which is all an op's fresh outputs need.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import warnings
 from time import perf_counter
 
@@ -37,6 +43,7 @@ from lazax import ir, pjrt
 
 from . import metrics
 from ._dtypes import dtype_name, torch_dtype
+from ._donation import DonationPolicy
 from ._keys import KeyParts, RecompileLog
 from ._lowering import lower
 from ._map_guard import MapGuard
@@ -69,6 +76,9 @@ class GraphExecutor:
         self._persistent_checked = False
         self.recompiles = RecompileLog()
         self.map_guard = MapGuard()
+        # Held from a sync's donation decision until its results are in place.
+        self.sync_lock = threading.RLock()
+        self.donation = DonationPolicy()
 
     @property
     def runtime(self) -> pjrt.PjrtRuntime:
@@ -90,11 +100,11 @@ class GraphExecutor:
         (runtime or pjrt.runtime()).use_persistent_cache(str(where), read_only)
         return True
 
-    def compile_executable(self, fn, arg_specs, arg_shardings=None):
+    def compile_executable(self, fn, arg_specs, arg_shardings=None, donate=()):
         """``runtime.compile``, with the persistent tier's outcome counted:
         ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
         (corrupt, truncated, foreign) as ``PersistentCacheLoadFailure`` and a warning."""
-        entry = self.runtime.compile(fn, arg_specs, arg_shardings=arg_shardings)
+        entry = self.runtime.compile(fn, arg_specs, arg_shardings=arg_shardings, donate=donate)
         if entry.persistent == "hit":
             metrics.bump("PersistentCacheHit")
         elif entry.persistent == "miss":
@@ -104,13 +114,16 @@ class GraphExecutor:
             warnings.warn(f"lazax: recompiled after {failure}", RuntimeWarning, stacklevel=3)
         return entry
 
-    def compile_into_cache(self, key, lower_fn, timer: str = "CompileTime", arg_shardings=None):
+    def compile_into_cache(
+        self, key, lower_fn, timer: str = "CompileTime", arg_shardings=None, donate=()
+    ):
         """On a cache miss: ``lower_fn() -> (fn, arg_specs)``, compile (timed as
-        ``timer``; SPMD over ``arg_shardings`` if given) and keep the executable under
-        the memory key ``key``."""
+        ``timer``; SPMD over ``arg_shardings`` if given; ``donate``: argument indices
+        whose buffers the outputs may take over) and keep the executable under the
+        memory key ``key``."""
         with metrics.timed(timer):
             fn, arg_specs = lower_fn()
-            entry = self.compile_executable(fn, arg_specs, arg_shardings)
+            entry = self.compile_executable(fn, arg_specs, arg_shardings, donate)
         self.cache.put(key, entry)
         self.map_guard.after_compile(self.cache, self.runtime)
         return entry
@@ -171,6 +184,12 @@ class GraphExecutor:
 
     # -- the barrier ---------------------------------------------------------------
     def sync_tensors_graph(self, tensors, wait: bool = False, sync_ltc_data: bool = True):
+        with self.sync_lock:
+            self._sync_tensors(tensors, sync_ltc_data)
+        if wait:
+            self.wait(tensors)
+
+    def _sync_tensors(self, tensors, sync_ltc_data: bool) -> None:
         roots: list[ir.Value] = []
         targets: list = []
         seen: set[int] = set()
@@ -182,24 +201,22 @@ class GraphExecutor:
                     roots.append(storage.value)
                     targets.append(storage)
                 continue
-            value = ir_value(t)
-            if value.node.op != ir.DEVICE_DATA and id(t) not in seen:
+            if ir_value(t).node.op != ir.DEVICE_DATA and id(t) not in seen:
                 seen.add(id(t))
-                roots.append(value)
+                roots.append(t._lz_value)
                 targets.append(t)
-        if roots:
-            results = self.run_graph(roots)
-            for target, root, value in zip(targets, roots, results):
-                if type(target) is Storage:
-                    # sync_ltc_data: views re-read from the materialised base rather
-                    # than keep the old graph alive (and recompute it).
-                    target.settle(root, value, bump=sync_ltc_data)
-                else:
-                    with COMMIT_LOCK:
-                        if target._lz_value is root:
-                            target._lz_value = value
-        if wait:
-            self.wait(tensors)
+        if not roots:
+            return
+        results = self.run_graph(roots, targets)
+        for target, root, value in zip(targets, roots, results):
+            if type(target) is Storage:
+                # sync_ltc_data: views re-read from the materialised base rather
+                # than keep the old graph alive (and recompute it).
+                target.settle(root, value, bump=sync_ltc_data)
+            else:
+                with COMMIT_LOCK:
+                    if target._lz_value is root:
+                        target._lz_value = value
 
     def sync_storages(self, storages) -> None:
         """Run the pending IR of these storages as one graph (an eager in-place write:
@@ -210,24 +227,28 @@ class GraphExecutor:
             if s.pending and id(s) not in seen:
                 seen.add(id(s))
                 pending.append(s)
-        if pending:
+        if not pending:
+            return
+        with self.sync_lock:
             roots = [s.value for s in pending]
-            results = self.run_graph(roots)
+            results = self.run_graph(roots, pending)
             for storage, root, value in zip(pending, roots, results):
                 storage.settle(root, value)
 
     def sync(self, wait: bool = False) -> None:
         """Sync every live tensor with pending IR, as one graph."""
-        storages = PENDING.take()
-        roots = [s.value for s in storages]
-        if roots:
-            try:
-                results = self.run_graph(roots)
-            except BaseException:
-                PENDING.restore(storages)
-                raise
-            for storage, root, value in zip(storages, roots, results):
-                storage.settle(root, value)
+        with self.sync_lock:
+            storages = PENDING.take()
+            roots = [s.value for s in storages]
+            if roots:
+                try:
+                    results = self.run_graph(roots, storages)
+                except BaseException:
+                    PENDING.restore(storages)
+                    raise
+                for storage, root, value in zip(storages, roots, results):
+                    storage.settle(root, value)
+                del roots, results
         if wait:
             self.runtime.wait([s.value.node.data for s in storages if not s.pending])
 
@@ -240,8 +261,11 @@ class GraphExecutor:
         if buffers:
             self.runtime.wait(buffers)
 
-    def run_graph(self, roots: list[ir.Value]) -> list[ir.Value]:
-        """Compile (or find) and execute the graph of ``roots``; device-data values."""
+    def run_graph(self, roots: list[ir.Value], targets=()) -> list[ir.Value]:
+        """Compile (or find) and execute the graph of ``roots``; device-data values.
+        ``targets``: what each root's result will replace (storages, or view tensors):
+        their IR is dropped, so it does not keep an input from being donated. The
+        caller holds ``sync_lock`` until the results are in place."""
         if self.capture_guard is not None:  # before hooks and counters see a graph
             self.capture_guard("an execution")
         graph = ir.collect(roots, salt=self.device_salt_hash)
@@ -256,15 +280,18 @@ class GraphExecutor:
         placed = sharding.placement(graph)  # None unless something was ever sharded
         if placed is not None:
             key = (key, placed[0])
+        donate = self.donation.choose(graph, roots, targets) if targets else ()
+        if donate:
+            key = (key, donate)
         entry = cache.get(key)
         if entry is None:
             metrics.bump("UncachedCompile")
             self.check_execution_allowed("a compile", graph)
             if not eager:  # eager compiles per op shape: every new shape is expected
-                self.recompiles.on_compile(*self._site(graph, placed))
+                self.recompiles.on_compile(*self._site(graph, placed, donate))
             timer = "EagerOpCompileTime" if eager else "CompileTime"
             shardings = placed[1] if placed is not None else None
-            entry = self.compile_into_cache(key, lambda: lower(graph), timer, shardings)
+            entry = self.compile_into_cache(key, lambda: lower(graph), timer, shardings, donate)
         else:
             metrics.bump("CachedCompile")
             self.check_execution_allowed("an execution", graph)
@@ -274,12 +301,15 @@ class GraphExecutor:
         start = perf_counter()  # not metrics.timed: a context manager costs per op here
         outputs = runtime.execute(entry, args)
         metrics.record("EagerOpExecuteTime" if eager else "ExecuteTime", perf_counter() - start)
+        if donate:
+            metrics.bump("DonatedBuffers", len(donate))
         return [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
 
-    def _site(self, graph: ir.Graph, placed=None):
+    def _site(self, graph: ir.Graph, placed=None, donate=()):
         site, frame = self.compile_site()
         shardings = placed[0] if placed is not None else None
-        return site, graph, self.keys.cache_key(graph, shardings), frame, shardings
+        key = self.keys.cache_key(graph, shardings, donate)
+        return site, graph, key, frame, shardings, donate
 
     def check_execution_allowed(self, what: str, graph: ir.Graph | None = None) -> None:
         """Inside ``compile(full_graph=True)``: report and raise before anything runs.

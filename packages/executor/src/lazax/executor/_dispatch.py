@@ -366,12 +366,23 @@ def _inplace_view_handler(func, view_handler):
     return run
 
 
+# An op reads storages' IR; a sync decides from who holds that IR what it may donate.
+# Ops and syncs of several threads (the autograd engine runs backward on a thread of
+# its own) take turns, so that no op reads IR between a decision and its hand-back.
+_acquire = EXECUTOR.sync_lock.acquire
+_release = EXECUTOR.sync_lock.release
+
+
 def dispatch(cls, func, types, args=(), kwargs=None):
     # Keyed by id: OpOverload.__hash__ is Python code, and overloads live forever.
     handler = _HANDLERS.get(id(func))
     if handler is None:
         handler = _HANDLERS[id(func)] = make_handler(func)
-    return handler(args, kwargs or {})
+    _acquire()
+    try:
+        return handler(args, kwargs or {})
+    finally:
+        _release()
 
 
 LazyTensor.__torch_dispatch__ = classmethod(dispatch)

@@ -3,7 +3,8 @@
 Contract:
 - ``KeyParts(runtime)`` builds ``CacheKey``s with the parts ``graph`` (the graph hash:
   post-order node hashes and the outputs taken), ``inputs`` (the parameters' specs),
-  ``device`` (platform, device kind and count), ``options`` (the runtime's compile
+  ``device`` (platform, device kind and count), ``donated`` (the inputs whose buffers
+  the program writes over, when any), ``options`` (the runtime's compile
   options, re-read on every key: a jax option changed between two compiles must not
   reuse an executable) and ``versions`` (lazax, jax, jaxlib, torch).
   ``memory_key(graph_hash)`` is the cheap form the in-memory LRU uses on every sync: the
@@ -66,12 +67,17 @@ class KeyParts:
         self.environment()
         return graph_hash, self._digest
 
-    def cache_key(self, graph: ir.Graph, shardings: tuple | None = None) -> CacheKey:
-        """``shardings``: the SPMD input shardings (mesh, per-input spec), if any."""
+    def cache_key(
+        self, graph: ir.Graph, shardings: tuple | None = None, donate: tuple = ()
+    ) -> CacheKey:
+        """``shardings``: the SPMD input shardings (mesh, per-input spec), if any;
+        ``donate``: the donated input indices."""
         specs = tuple((p.specs[0].shape, p.specs[0].dtype) for p in graph.parameters)
         parts = {"graph": graph.hash, "inputs": ir.stable_hash(specs), **self.environment()}
         if shardings is not None:
             parts["shardings"] = ir.stable_hash(repr(shardings))
+        if donate:
+            parts["donated"] = ir.stable_hash(tuple(donate))
         return CacheKey(parts)
 
 
@@ -126,6 +132,18 @@ def _sharding_difference(before, now) -> str:
     return "the input shardings changed"
 
 
+def _donation_difference(before: tuple, now: tuple) -> str:
+    """Which inputs are donated now and were not (or the reverse): something else
+    started or stopped holding them (a kept clone, a view, a graph hook)."""
+    gained, lost = sorted(set(now) - set(before)), sorted(set(before) - set(now))
+    said = []
+    if gained:
+        said.append(f"input(s) {gained} are now donated (nothing else holds them)")
+    if lost:
+        said.append(f"input(s) {lost} are no longer donated (something else holds them)")
+    return "; ".join(said) or "the donated inputs changed"
+
+
 class RecompileLog:
     """What each compile site compiled last, and why it compiled again."""
 
@@ -133,13 +151,13 @@ class RecompileLog:
         self.last: dict[str, tuple[CacheKey, tuple[list, list]]] = {}
 
     def on_compile(
-        self, site: str, graph: ir.Graph, key: CacheKey, frame: str, shardings=None
+        self, site: str, graph: ir.Graph, key: CacheKey, frame: str, shardings=None, donate=()
     ) -> str | None:
         if _LOG.isEnabledFor(logging.DEBUG):
             _LOG.debug("lazax cache miss at %s: %r", site, key)
         summary = _summary(graph)
         previous = self.last.get(site)
-        self.last[site] = (key, summary, shardings)
+        self.last[site] = (key, summary, shardings, donate)
         if previous is None:
             return None
         part = key.first_difference(previous[0])
@@ -147,6 +165,8 @@ class RecompileLog:
             why = _graph_difference(previous[1], summary)
         elif part == "shardings" or shardings != previous[2]:
             why = _sharding_difference(previous[2], shardings)
+        elif donate != previous[3]:
+            why = _donation_difference(previous[3], donate)
         else:
             why = f"the {part} part of the cache key changed (same graph)"
         report = f"recompile of {site}: {why} at {frame}"

@@ -8,7 +8,9 @@ Contract:
 - A tensor that is not a view (``_lz_view is None``) reads ``storage.value``. A view has
   ``_lz_view = (size, stride, offset)`` into the base's contiguous layout (as torch would
   report them) and caches its own IR value for the storage version it was made at;
-  after the base is written it re-reads through a ``lazax::view_gather`` node.
+  after the base is written it re-reads through a ``lazax::view_gather`` node. A tensor
+  that is not a view keeps no IR of its own (``_lz_value`` is None): anything it held
+  would keep old device data alive, and keep it from being donated.
 - ``write(t, value)`` replaces ``t``'s content: for a view, through a
   ``lazax::view_scatter`` into the base, so the base and every other view see it.
 - ``_lz_key`` is the tensor's key for the per-op spec cache: shape, dtype, stride,
@@ -229,7 +231,7 @@ def new_tensor(value: ir.Value, layout: Layout, device_index: int = 0) -> LazyTe
     t = _make_wrapper(LazyTensor, layout.shape, dtype=layout.dtype, device=_DEVICES[device_index])
     t._lz_storage = Storage(value, device_index)
     t._lz_view = None
-    t._lz_value = value
+    t._lz_value = None
     t._lz_seen = 0
     t._lz_key = layout.mkey
     return t
@@ -257,7 +259,7 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
         )
     t._lz_storage = storage
     t._lz_view = layout.view
-    t._lz_value = value
+    t._lz_value = None if layout.view is None else value
     t._lz_seen = storage.version
     t._lz_key = layout.mkey
     return t
@@ -317,7 +319,7 @@ def resize_to(t: LazyTensor, shape: tuple[int, ...], value: ir.Value) -> None:
     )
     t._lz_storage = Storage(value, t._lz_storage.device_index)
     t._lz_view = None
-    t._lz_value = value
+    t._lz_value = None
     t._lz_seen = 0
     t._lz_key = Layout(tuple(shape), t.dtype).mkey
 

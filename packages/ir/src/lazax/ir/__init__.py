@@ -2,11 +2,13 @@
 
 Nodes (op, operand values, attributes, output specs) carry a structural hash computed
 once at construction; parameter leaves hash by spec, never by value; ``collect`` turns
-output values into a post-ordered ``Graph`` with its graph hash; ``dump`` prints one.
+output values into a post-ordered ``Graph`` with its graph hash; ``dump`` prints one;
+``private_parameters`` says which inputs of a graph nothing else can reach (donation).
 Pure Python: imports neither torch nor jax.
 """
 
 from ._graph import Graph, collect, dump, post_order
+from ._holders import private_parameters, refcounts_reliable
 from ._node import (
     DEVICE_DATA,
     DTYPE_CODES,
@@ -35,6 +37,8 @@ __all__ = [
     "dump",
     "node_base_hash",
     "post_order",
+    "private_parameters",
+    "refcounts_reliable",
     "scalar_parameter",
     "stable_hash",
     "stable_str_code",

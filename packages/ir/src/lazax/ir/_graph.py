@@ -3,6 +3,7 @@
 Contract: ``collect(roots)`` walks once and returns a ``Graph`` holding
 - ``nodes``: every reachable node, operands before users (post-order), each once;
 - ``parameters``: the parameter leaves in first-visit order (the program's inputs);
+- ``reached``: every reachable node once, in the walk's (breadth-first) order;
 - ``hash``: a key that is equal for two collections exactly when they compute the same
   function of their parameters: it covers the roots' Merkle hashes, which outputs are
   taken, and how edges share nodes (so ``a + a`` and ``a + b`` differ even when ``a``
@@ -26,12 +27,15 @@ _PARAMETER_OPS = frozenset((DEVICE_DATA, SCALAR))
 class Graph:
     """The result of ``collect``: roots, parameters, hash, and (on demand) post-order."""
 
-    __slots__ = ("roots", "parameters", "hash", "_nodes")
+    __slots__ = ("roots", "parameters", "hash", "reached", "_nodes")
 
-    def __init__(self, roots: tuple, parameters: list[Node], key: int) -> None:
+    def __init__(
+        self, roots: tuple, parameters: list[Node], key: int, reached: list[Node] | None = None
+    ) -> None:
         self.roots = roots
         self.parameters = parameters
         self.hash = key
+        self.reached = reached if reached is not None else post_order(roots)
         self._nodes: list[Node] | None = None
 
     @property
@@ -93,7 +97,7 @@ def collect(roots: Sequence[Value], salt: object = None) -> Graph:
             salt if type(salt) is int else (stable_hash(salt) if salt is not None else 0),
         )
     )
-    return Graph(tuple(roots), parameters, key)
+    return Graph(tuple(roots), parameters, key, order)
 
 
 def post_order(roots: Sequence[Value]) -> list[Node]:

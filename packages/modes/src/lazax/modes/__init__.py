@@ -9,6 +9,7 @@ lx.metrics.counter_value("CachedCompile")
 
 mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))   # SPMD over 8 devices
 lx.mark_sharding(weight, mesh, (None, "model"))       # XLA's partitioner splits it
+lx.max_memory_allocated()                             # device memory, as torch.cuda's
 """
 
 from lazax import executor as _executor
@@ -24,6 +25,13 @@ from lazax.executor import (
 from . import metrics
 from ._compile import CompiledRegion, compile
 from ._eager import eager_mode, eager_mode_context, is_eager_mode
+from ._memory import (
+    max_memory_allocated,
+    memory_allocated,
+    memory_info,
+    memory_stats,
+    reset_peak_memory_stats,
+)
 from ._version import __version__
 
 __all__ = [
@@ -40,7 +48,12 @@ __all__ = [
     "get_sharding",
     "is_eager_mode",
     "mark_sharding",
+    "max_memory_allocated",
+    "memory_allocated",
+    "memory_info",
+    "memory_stats",
     "metrics",
+    "reset_peak_memory_stats",
     "set_persistent_cache_dir",
     "shard_shapes",
     "sync",

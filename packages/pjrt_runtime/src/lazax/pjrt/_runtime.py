@@ -4,16 +4,24 @@ Contract (the narrow interface; a second implementation must stay possible):
 - ``devices`` / ``default_device``: the platform's devices, ``default_device`` index 0.
 - ``to_device(array, device)``: host numpy array -> device buffer (asynchronous).
 - ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer).
-- ``compile(fn, arg_specs, device, arg_shardings)``: a jax-traceable function and its
-  argument specs ``(shape, dtype name)`` -> an executable for ``device``, or, with
-  ``arg_shardings`` (one jax sharding per argument), an SPMD program that XLA's
-  partitioner splits over their mesh. Nothing runs.
+- ``compile(fn, arg_specs, device, arg_shardings, donate)``: a jax-traceable function
+  and its argument specs ``(shape, dtype name)`` -> an executable for ``device``, or,
+  with ``arg_shardings`` (one jax sharding per argument), an SPMD program that XLA's
+  partitioner splits over their mesh. ``donate``: indices of arguments whose buffers
+  the program may write its outputs over (jax's ``donate_argnums``); the caller
+  guarantees nothing reads them afterwards. Nothing runs.
 - ``mesh(device_ids, shape, axis_names)``, ``named_sharding(mesh, spec)``,
   ``place(buffer, sharding)`` (a device buffer re-laid out, asynchronously), and
   ``shard_shapes(buffer)`` (device id -> the shape of the piece that device holds).
 - ``execute(executable, args)``: runs asynchronously; returns a tuple of buffers that
-  are futures. Errors raised synchronously propagate; an asynchronous failure surfaces
-  when a result is waited on.
+  are futures. Errors raised synchronously propagate, and then no donated argument has
+  been consumed; an asynchronous failure surfaces when a result is waited on.
+- ``memory_stats(device)``: bytes in use and peak (``bytes_in_use``,
+  ``peak_bytes_in_use``, ``bytes_limit`` where known, ``num_allocs``,
+  ``largest_alloc_size``, ``source``): the plugin's own statistics where it reports
+  them (GPU, TPU), else this runtime's count of the buffers it handed out and that are
+  still alive, with each execution's temporaries in the peak (``source: "lazax"``).
+  ``reset_peak_memory_stats(device)`` starts a new peak from what is in use now.
 - ``release_caches()``: drop what jax caches on its own side (traces, executables of
   programs lazax no longer holds); a program that never repeats a shape needs it to
   stay bounded.
@@ -38,6 +46,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from ._memory import MemoryTracker
 from ._platform import jax_devices, platform_from_env
 
 __all__ = ["Executable", "PjrtRuntime", "STAGES", "numpy_dtype"]
@@ -60,12 +69,29 @@ def numpy_dtype(name: str):
 class Executable:
     """A compiled program bound to one device."""
 
-    __slots__ = ("compiled", "device", "num_outputs", "text", "persistent", "load_failures")
+    __slots__ = (
+        "compiled",
+        "device",
+        "num_outputs",
+        "text",
+        "persistent",
+        "load_failures",
+        "donate",
+        "temp_bytes",
+    )
 
-    def __init__(self, compiled: Any, device: Any, num_outputs: int) -> None:
+    def __init__(
+        self, compiled: Any, device: Any, num_outputs: int, donate: tuple[int, ...] = ()
+    ) -> None:
         self.compiled = compiled
         self.device = device
         self.num_outputs = num_outputs
+        self.donate = donate
+        # Scratch memory the program needs while it runs (XLA's memory analysis).
+        try:
+            self.temp_bytes = int(compiled.memory_analysis().temp_size_in_bytes)
+        except Exception:  # not every backend reports it
+            self.temp_bytes = 0
         # With a persistent cache: "hit" (loaded, not compiled) or "miss"; else None.
         self.persistent: str | None = None
         # Persistent-cache entries that could not be read (and were compiled instead).
@@ -105,6 +131,7 @@ class PjrtRuntime:
         # (directory, read_only) once use_persistent_cache() has been called.
         self.persistent_cache: tuple[str, bool] | None = None
         self._shardings = {d: SingleDeviceSharding(d) for d in self.devices}
+        self.memory = MemoryTracker(self.devices)
 
     # -- test hook -------------------------------------------------------------
     def fail_next(self, stage: str, error: BaseException | None = None) -> None:
@@ -143,7 +170,9 @@ class PjrtRuntime:
 
     def to_device(self, array: np.ndarray, device: Any = None) -> jax.Array:
         self._check_fault("to_device")
-        return jax.device_put(array, self._shardings[device or self.default_device])
+        buffer = jax.device_put(array, self._shardings[device or self.default_device])
+        self.memory.track((buffer,))
+        return buffer
 
     def to_host(self, buffer: jax.Array) -> np.ndarray:
         self._check_fault("to_host")
@@ -185,7 +214,10 @@ class PjrtRuntime:
 
     def place(self, buffer: Any, sharding: Any) -> jax.Array:
         self._check_fault("to_device")
-        return jax.device_put(buffer, sharding)
+        placed = jax.device_put(buffer, sharding)
+        if placed is not buffer:
+            self.memory.track((placed,))
+        return placed
 
     def single_device(self, device: Any = None) -> Any:
         return self._shardings[device or self.default_device]
@@ -199,6 +231,7 @@ class PjrtRuntime:
         arg_specs: Sequence[tuple[tuple[int, ...], str]],
         device: Any = None,
         arg_shardings: Sequence[Any] | None = None,
+        donate: tuple[int, ...] = (),
     ) -> Executable:
         self._check_fault("compile")
         if arg_shardings is None:
@@ -207,11 +240,16 @@ class PjrtRuntime:
             jax.ShapeDtypeStruct(shape, numpy_dtype(dtype), sharding=sharding)
             for (shape, dtype), sharding in zip(arg_specs, arg_shardings)
         ]
-        lowered = jax.jit(fn).lower(*avals)
+        with warnings.catch_warnings():
+            # The caller donates only arguments that an output can take over; where XLA
+            # still declines one (a layout it prefers), that costs memory, not results.
+            warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            lowered = jax.jit(fn, donate_argnums=tuple(donate)).lower(*avals)
         num_outputs = len(lowered.out_info)
         self._compiled = True
+        target = device or self.default_device
         if self.persistent_cache is None:
-            return Executable(lowered.compile(), device or self.default_device, num_outputs)
+            return Executable(lowered.compile(), target, num_outputs, tuple(donate))
         hits = _PERSISTENT_EVENTS["hits"]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -220,16 +258,45 @@ class PjrtRuntime:
         for w in caught:
             if "persistent compilation cache" in str(w.message):
                 failures.append(str(w.message))
-            else:  # not ours to swallow
+            elif "Some donated buffers were not usable" not in str(w.message):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        executable = Executable(compiled, device or self.default_device, num_outputs)
+        executable = Executable(compiled, target, num_outputs, tuple(donate))
         executable.persistent = "hit" if _PERSISTENT_EVENTS["hits"] > hits else "miss"
         executable.load_failures = failures
         return executable
 
     def execute(self, executable: Executable, args: Sequence[Any]) -> tuple[jax.Array, ...]:
         self._check_fault("execute")
-        return tuple(executable.compiled(*args))
+        memory = self.memory
+        if executable.donate:
+            memory.release([args[i] for i in executable.donate])
+        try:
+            outputs = tuple(executable.compiled(*args))
+        except BaseException:
+            if executable.donate:  # not consumed: a synchronous failure donates nothing
+                memory.track([args[i] for i in executable.donate if not args[i].is_deleted()])
+            raise
+        memory.track(outputs, executable.temp_bytes)
+        return outputs
+
+    def memory_stats(self, device: Any = None) -> dict[str, Any]:
+        device = device or self.default_device
+        stats = None
+        try:
+            stats = device.memory_stats()
+        except Exception:  # a plugin without statistics
+            stats = None
+        if stats and "bytes_in_use" in stats:
+            out = {"source": "pjrt", **stats}
+            base = self.memory.pjrt_peak_base.get(device)
+            if base is not None and "peak_bytes_in_use" in stats:
+                # PJRT's peak cannot be reset; after a reset report the peak since then.
+                out["peak_bytes_in_use"] = max(stats["bytes_in_use"], self.memory.peak(device))
+            return out
+        return self.memory.stats(device)
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        self.memory.reset_peak(device or self.default_device)
 
     def release_caches(self) -> None:
         """Drop jax's own trace, lowering and compilation caches (executables returned

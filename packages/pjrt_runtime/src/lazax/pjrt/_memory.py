@@ -1,0 +1,134 @@
+"""The runtime's own count of device memory: the buffers it handed out that are alive.
+
+Contract: ``MemoryTracker(devices)`` is told of every buffer the runtime creates
+(``track(buffers, temp_bytes)``: transfers and execution outputs, with the executing
+program's scratch bytes) and of every buffer an execution consumes by donation
+(``release(buffers)``). A tracked buffer stops counting when it is donated or when its
+Python object dies, whichever comes first. Per device it keeps the bytes in use, the
+peak (an execution peaks at what was in use, plus its temporaries, plus its outputs
+that did not take over a donated input: the order XLA allocates in), the number of live
+buffers and the largest one. This is what ``memory_stats`` reports where the plugin has
+no statistics of its own (the CPU); where it has (GPU, TPU), the plugin's figures are
+the truth and this count only backs a peak reset.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+__all__ = ["MemoryTracker"]
+
+
+class _DeviceCount:
+    __slots__ = ("in_use", "peak", "allocs", "largest")
+
+    def __init__(self) -> None:
+        self.in_use = 0
+        self.peak = 0
+        self.allocs = 0
+        self.largest = 0
+
+
+class MemoryTracker:
+    """Live bytes per device of the buffers one runtime created (see module doc)."""
+
+    def __init__(self, devices) -> None:
+        self.counts = {d: _DeviceCount() for d in devices}
+        # id(buffer) -> (weakref, ((device, bytes), ...)); the weakref's callback forgets it.
+        self._live: dict[int, tuple] = {}
+        self._lock = threading.Lock()
+        # Devices whose PJRT peak was reset (PJRT's own peak cannot be).
+        self.pjrt_peak_base: dict[Any, bool] = {}
+
+    @staticmethod
+    def _footprint(buffer) -> tuple:
+        sharding = buffer.sharding
+        devices = sharding.device_set
+        if len(devices) == 1:
+            return ((next(iter(devices)), buffer.nbytes),)
+        shard = sharding.shard_shape(buffer.shape)
+        size = buffer.dtype.itemsize
+        for n in shard:
+            size *= n
+        return tuple((d, size) for d in devices)
+
+    def track(self, buffers, temp_bytes: int = 0) -> None:
+        live = self._live
+        counts = self.counts
+        added: dict = {}
+        with self._lock:
+            for buffer in buffers:
+                key = id(buffer)
+                if key in live:
+                    continue
+                footprint = self._footprint(buffer)
+                live[key] = (weakref.ref(buffer, self._forget(key)), footprint)
+                for device, size in footprint:
+                    added[device] = added.get(device, 0) + size
+                    count = counts.get(device)
+                    if count is not None:
+                        count.allocs += 1
+                        if size > count.largest:
+                            count.largest = size
+            for device, size in added.items():
+                count = counts.get(device)
+                if count is None:
+                    continue
+                # The program's scratch is live while it runs, beside its outputs.
+                top = count.in_use + size + temp_bytes
+                if top > count.peak:
+                    count.peak = top
+                count.in_use += size
+        if temp_bytes and not added:
+            self._peak_with(temp_bytes)
+
+    def _peak_with(self, extra: int) -> None:
+        with self._lock:
+            for count in self.counts.values():
+                if count.in_use + extra > count.peak:
+                    count.peak = count.in_use + extra
+
+    def _forget(self, key: int):
+        def forget(_ref, key=key) -> None:
+            self._drop(key)
+
+        return forget
+
+    def _drop(self, key: int) -> None:
+        with self._lock:
+            entry = self._live.pop(key, None)
+            if entry is None:
+                return
+            for device, size in entry[1]:
+                count = self.counts.get(device)
+                if count is not None:
+                    count.in_use -= size
+                    count.allocs -= 1
+
+    def release(self, buffers) -> None:
+        """These buffers are consumed (donated): their memory now holds outputs."""
+        for buffer in buffers:
+            self._drop(id(buffer))
+
+    def peak(self, device) -> int:
+        count = self.counts.get(device)
+        return count.peak if count is not None else 0
+
+    def reset_peak(self, device) -> None:
+        with self._lock:
+            count = self.counts.get(device)
+            if count is not None:
+                count.peak = count.in_use
+            self.pjrt_peak_base[device] = True
+
+    def stats(self, device) -> dict[str, Any]:
+        count = self.counts.get(device) or _DeviceCount()
+        return {
+            "source": "lazax",
+            "bytes_in_use": count.in_use,
+            "peak_bytes_in_use": max(count.peak, count.in_use),
+            "num_allocs": count.allocs,
+            "largest_alloc_size": count.largest,
+        }
