@@ -47,8 +47,7 @@ def _build(model_name: str):
                 layers.append(torch.nn.ReLU())
         model = torch.nn.Sequential(*layers)
         batches = [
-            (torch.randn(MLP_BATCH, MLP_WIDTH), torch.randn(MLP_BATCH, MLP_WIDTH))
-            for _ in range(2)
+            (torch.randn(MLP_BATCH, MLP_WIDTH), torch.randn(MLP_BATCH, MLP_WIDTH)) for _ in range(2)
         ]
 
         def loss(m, x, y):
@@ -209,8 +208,7 @@ def run(model_name: str, mode: str, steps: int = 5) -> dict:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        f"{'model':<8} {'mode':<11} {'state MB':>9} {'peak MB':>8} {'x state':>8} "
-        f"{'device MB':>10}"
+        f"{'model':<8} {'mode':<11} {'state MB':>9} {'peak MB':>8} {'x state':>8} {'device MB':>10}"
     ]
     for r in rows:
         if "error" in r:

@@ -42,8 +42,8 @@ from lazax import cache as lazax_cache
 from lazax import ir, pjrt
 
 from . import metrics
-from ._dtypes import dtype_name, torch_dtype
 from ._donation import DonationPolicy
+from ._dtypes import dtype_name, torch_dtype
 from ._keys import KeyParts, RecompileLog
 from ._lowering import lower
 from ._map_guard import MapGuard
