@@ -64,6 +64,12 @@ class GraphBridge:
         # and numbers, never lists, so the two cannot be confused.
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
+        # Ops and syncs of other threads wait: what a replay donates is decided from
+        # who holds its inputs, until the mutated ones hold their new buffers.
+        with EXECUTOR.sync_lock:
+            return self._call(args)
+
+    def _call(self, args):
         self._sync_pending_inputs(args)
         key = signature(args, self.tensor_positions, self.sym_positions)
         replay = self.replays.get(key)

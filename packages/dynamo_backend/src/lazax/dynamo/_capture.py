@@ -8,7 +8,10 @@ cache is warmed; nothing executes). ``Replay.run(args)`` runs the graph on new
 arguments of the same layouts with no FX interpretation, no aten dispatch and no
 hashing (the only IR built is a view node for each output that is a strided view):
 gather the input buffers, execute the cached executable by hash (lowering it again if it
-was evicted), wrap the outputs, write the mutated arguments back.
+was evicted), wrap the outputs, write the mutated arguments back. A mutated argument
+whose buffer nothing else holds (no other tensor's IR, no second storage) is donated:
+the executable writes the new value over it, as lazy mode's sync does; an executable is
+kept per donation pattern.
 
 A graph is replayable only if tracing it runs nothing: a CPU fallback, a read to the
 host or a data-dependent shape would bake a value of this call into every later one.
@@ -183,24 +186,35 @@ class Replay:
         # Keep only constants: a replay must not keep the first call's inputs alive.
         for slot, _ in self.storage_slots + self.host_slots:
             self.template[slot] = None
+        mutated = set(self.mutated)
+        self.mutated_slots = [(slot, i) for slot, i in self.storage_slots if i in mutated]
         # What an eviction needs to compile again: the lowered function, never the IR
         # (which holds the first call's buffers).
         self.lowered = executor.lower_graph(graph) if roots else None
-        if roots:
-            self._compile(count_as="UncachedCompile")
+        # The donation patterns this replay compiled (the first call compiles its own:
+        # which mutated inputs it may donate is known only from that call's arguments).
+        self.compiled: set[tuple] = set()
 
-    def _key(self):
+    def _key(self, donate: tuple = ()):
         key = EXECUTOR.keys.memory_key(self.hash)
-        return key if self.placement is None else (key, self.placement[0])
+        if self.placement is not None:
+            key = (key, self.placement[0])
+        return (key, donate) if donate else key
 
-    def _compile(self, count_as: str):
+    def _compile(self, donate: tuple = ()):
         cache = EXECUTOR.cache
-        key = self._key()
+        key = self._key(donate)
         entry = cache.get(key)
         if entry is None:
-            metrics.bump(count_as)
+            # Compiled before and gone: evicted from the LRU, lowered again (never an
+            # error; torch_xla stops here).
+            evicted = donate in self.compiled
+            metrics.bump("DynamoRecompileAfterEviction" if evicted else "UncachedCompile")
+            self.compiled.add(donate)
             shardings = None if self.placement is None else self.placement[1]
-            entry = EXECUTOR.compile_into_cache(key, lambda: self.lowered, "CompileTime", shardings)
+            entry = EXECUTOR.compile_into_cache(
+                key, lambda: self.lowered, "CompileTime", shardings, donate
+            )
         else:
             metrics.bump("CachedCompile")
         return entry
@@ -230,7 +244,21 @@ class Replay:
                 results.append(ref)
         return results[0] if self.single else results
 
+    def _donations(self, args) -> tuple[int, ...]:
+        """The slots of mutated arguments that nothing but their storage can read."""
+        if not EXECUTOR.donation.enabled:
+            return ()
+        donate = []
+        for slot, i in self.mutated_slots:
+            leaf = args[i]._lz_storage.value
+            # The leaf: held by its storage and by ``leaf`` here (no other tensor's IR);
+            # its buffer: by the leaf alone (no second storage).
+            if ir.holder_count(leaf) == 2 and ir.holder_count(leaf.data) == 1:
+                donate.append(slot)
+        return tuple(donate)
+
     def _execute(self, args) -> list[Storage]:
+        donate = self._donations(args) if self.mutated_slots else ()
         params = self.template.copy()
         for slot, i in self.storage_slots:
             params[slot] = args[i]._lz_storage.value.node.data
@@ -240,13 +268,14 @@ class Replay:
             params[slot] = np.int64(RNG.next_key())
         if self.placement is not None:
             executor.place_sharded_arguments(params, self.placement[1])
-        entry = EXECUTOR.cache.get(self._key())
+        entry = EXECUTOR.cache.get(self._key(donate))
         if entry is None:
-            # Evicted from the LRU: lower again, never an error (torch_xla stops here).
-            entry = self._compile(count_as="DynamoRecompileAfterEviction")
+            entry = self._compile(donate)
         start = perf_counter()
         buffers = EXECUTOR.runtime.execute(entry, params)
         metrics.record("ExecuteTime", perf_counter() - start)
+        if donate:
+            metrics.bump("DonatedBuffers", len(donate))
         specs = self.root_specs
         device = self.device_index
         made = [

@@ -207,7 +207,7 @@ class GraphExecutor:
                 targets.append(t)
         if not roots:
             return
-        results = self.run_graph(roots, targets)
+        results = self.run_graph(roots, targets, bump=sync_ltc_data)
         for target, root, value in zip(targets, roots, results):
             if type(target) is Storage:
                 # sync_ltc_data: views re-read from the materialised base rather
@@ -261,11 +261,12 @@ class GraphExecutor:
         if buffers:
             self.runtime.wait(buffers)
 
-    def run_graph(self, roots: list[ir.Value], targets=()) -> list[ir.Value]:
+    def run_graph(self, roots: list[ir.Value], targets=(), bump: bool = True) -> list[ir.Value]:
         """Compile (or find) and execute the graph of ``roots``; device-data values.
         ``targets``: what each root's result will replace (storages, or view tensors):
-        their IR is dropped, so it does not keep an input from being donated. The
-        caller holds ``sync_lock`` until the results are in place."""
+        their IR is dropped (and, with ``bump``, their views' cached IR), so it does not
+        keep an input from being donated. The caller holds ``sync_lock`` until the
+        results are in place."""
         if self.capture_guard is not None:  # before hooks and counters see a graph
             self.capture_guard("an execution")
         graph = ir.collect(roots, salt=self.device_salt_hash)
@@ -280,7 +281,7 @@ class GraphExecutor:
         placed = sharding.placement(graph)  # None unless something was ever sharded
         if placed is not None:
             key = (key, placed[0])
-        donate = self.donation.choose(graph, roots, targets) if targets else ()
+        donate = self.donation.choose(graph, roots, targets, bump) if targets else ()
         if donate:
             key = (key, donate)
         entry = cache.get(key)

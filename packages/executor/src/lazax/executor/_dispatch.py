@@ -138,6 +138,9 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
         for t, v in zip(targets, outputs):
             write(t, v)
         if EXECUTOR.eager:
+            # This frame's references to the new IR would read as holders of the old
+            # buffer, and keep the sync from donating it.
+            del values, node, outputs, v
             EXECUTOR.sync_storages([t._lz_storage for t in targets])
         return target if plan.returns_self else None
     layouts = info.layouts
@@ -357,10 +360,13 @@ def _inplace_view_handler(func, view_handler):
         view = view_handler(args, kwargs)
         with torch._C._DisableTorchDispatch():
             func(*args, **kwargs)
+        was_view = self._lz_view is not None
         self._lz_view = view._lz_view
         self._lz_value = view._lz_value
         self._lz_seen = view._lz_seen
         self._lz_key = view._lz_key
+        if self._lz_view is not None and not was_view:
+            self._lz_storage.add_view(self)
         return self
 
     return run

@@ -7,8 +7,9 @@ donation is off. An input is donated only when
   of it (or of any node between it and the roots) besides the graph, the ``roots`` list
   and the ``targets`` (storages, or view tensors, whose IR the results replace). A kept
   alias or ``.detach()`` shares the storage and reads its new value; a pending clone, a
-  view's cached IR, a tensor autograd saved, the dynamo bridge's inputs and a buffer two
-  storages share are all holders, so their buffers are never donated;
+  view's cached IR, a tensor autograd saved, the dynamo bridge's inputs, a buffer two
+  storages share and a graph hook that kept the graph are all holders, so their
+  buffers are never donated;
 - an output of the same shape and dtype can take it over (donating a buffer that no
   output can reuse frees nothing and makes jax warn);
 ``LAZAX_DONATION=0`` turns donation off (``EXECUTOR.donation``), for debugging.
@@ -23,7 +24,7 @@ import os
 
 from lazax import ir
 
-from ._tensor import Storage
+from ._tensor import StaleView, Storage
 
 __all__ = ["DonationPolicy"]
 
@@ -32,14 +33,18 @@ class DonationPolicy:
     def __init__(self) -> None:
         self.enabled = os.environ.get("LAZAX_DONATION", "1") not in ("0", "false", "")
 
-    def choose(self, graph: ir.Graph, roots: list, targets) -> tuple[int, ...]:
+    def choose(self, graph: ir.Graph, roots: list, targets, bump: bool = True) -> tuple[int, ...]:
         if not self.enabled:
+            return ()
+        # The graph object itself: the caller's variable and this parameter. A graph
+        # hook that kept it can read every node (the count above it says so).
+        if ir.holder_count(graph) != 2:
             return ()
         params = graph.parameters
         wanted = _output_specs(graph)
         if not any(p.op == ir.DEVICE_DATA and p.specs[0] in wanted for p in params):
             return ()
-        dropped = _dropped_references(roots, targets)
+        dropped = _dropped_references(roots, targets, bump)
         donate = []
         for i in ir.private_parameters(graph, dropped):
             spec = params[i].specs[0]
@@ -59,13 +64,22 @@ def _output_specs(graph: ir.Graph) -> dict:
     return wanted
 
 
-def _dropped_references(roots: list, targets) -> dict[int, int]:
-    """References to the roots that the caller drops once the results are in: the
-    roots list itself, and each target's slot (a storage's value, a view's cached IR)."""
+def _dropped_references(roots: list, targets, bump: bool) -> dict[int, int]:
+    """References into the graph that go once the results are in: the roots list
+    itself, each target's slot (a storage's value, a view's cached IR) and, when the
+    storages' versions move (``bump``), the IR their views cached."""
     dropped: dict[int, int] = {}
     for r in roots:
         dropped[id(r)] = dropped.get(id(r), 0) + 1
     for t in targets:
-        v = t.value if type(t) is Storage else t._lz_value
-        dropped[id(v)] = dropped.get(id(v), 0) + 1
+        if type(t) is not Storage:
+            dropped[id(t._lz_value)] = dropped.get(id(t._lz_value), 0) + 1
+            continue
+        dropped[id(t.value)] = dropped.get(id(t.value), 0) + 1
+        if bump and t.views is not None:
+            for ref in t.views:
+                view = ref()
+                if view is not None and type(view._lz_value) is not StaleView:
+                    key = id(view._lz_value)
+                    dropped[key] = dropped.get(key, 0) + 1
     return dropped

@@ -62,6 +62,7 @@ def _copy_(args, kwargs):
         value = _cast_broadcast(value, shape, dtype)
     write(dst, value)
     if EXECUTOR.eager:
+        del value  # a holder of the new IR, to the donation decision
         EXECUTOR.sync_storages([dst._lz_storage])
     return dst
 

@@ -9,8 +9,9 @@ Contract:
   ``_lz_view = (size, stride, offset)`` into the base's contiguous layout (as torch would
   report them) and caches its own IR value for the storage version it was made at;
   after the base is written it re-reads through a ``lazax::view_gather`` node. A tensor
-  that is not a view keeps no IR of its own (``_lz_value`` is None): anything it held
-  would keep old device data alive, and keep it from being donated.
+  that is not a view keeps no IR of its own (``_lz_value`` is None), and a view's cached
+  IR is dropped (``StaleView``: its spec only) when its storage changes: IR kept past
+  its use would keep old device data alive, and keep it from being donated.
 - ``write(t, value)`` replaces ``t``'s content: for a view, through a
   ``lazax::view_scatter`` into the base, so the base and every other view see it.
 - ``_lz_key`` is the tensor's key for the per-op spec cache: shape, dtype, stride,
@@ -38,6 +39,7 @@ __all__ = [
     "COMMIT_LOCK",
     "PENDING",
     "Layout",
+    "StaleView",
     "LazyTensor",
     "Storage",
     "contiguous_strides",
@@ -116,23 +118,54 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+class StaleView:
+    """What a view holds instead of IR once its storage changed: the spec it re-reads
+    with (``ir_value`` builds a new ``view_gather``; nothing reads this as IR)."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: ir.TensorSpec) -> None:
+        self.spec = spec
+
+
 class Storage:
     """The base buffer that a tensor and all its views share."""
 
-    __slots__ = ("value", "version", "spec", "device_index", "__weakref__")
+    __slots__ = ("value", "version", "spec", "device_index", "views", "__weakref__")
 
     def __init__(self, value: ir.Value, device_index: int = 0) -> None:
         self.value = value
         self.version = 0
         self.spec = value.spec
         self.device_index = device_index
+        self.views: list | None = None  # weak references to the views over it
         if value.node.op != ir.DEVICE_DATA:
             PENDING.add(self)
+
+    def add_view(self, t) -> None:
+        if self.views is None:
+            self.views = []
+        self.views.append(weakref.ref(t))
+
+    def _drop_view_ir(self) -> None:
+        """The views' cached IR is stale (the version moved): let it go. Under
+        ``COMMIT_LOCK``."""
+        live = []
+        for ref in self.views:
+            view = ref()
+            if view is not None:
+                live.append(ref)
+                cached = view._lz_value
+                if type(cached) is not StaleView and view._lz_seen != self.version:
+                    view._lz_value = StaleView(cached.spec)
+        self.views = live or None
 
     def set(self, value: ir.Value) -> None:
         with COMMIT_LOCK:
             self.value = value
             self.version += 1
+            if self.views is not None:
+                self._drop_view_ir()
         if value.node.op != ir.DEVICE_DATA:
             PENDING.add(self)
 
@@ -146,6 +179,8 @@ class Storage:
             self.value = result
             if bump:
                 self.version += 1
+                if self.views is not None:
+                    self._drop_view_ir()
             return True
 
     @property
@@ -259,9 +294,13 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
         )
     t._lz_storage = storage
     t._lz_view = layout.view
-    t._lz_value = None if layout.view is None else value
     t._lz_seen = storage.version
     t._lz_key = layout.mkey
+    if layout.view is None:
+        t._lz_value = None
+    else:
+        t._lz_value = value
+        storage.add_view(t)
     return t
 
 

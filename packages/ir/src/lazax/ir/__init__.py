@@ -8,7 +8,7 @@ Pure Python: imports neither torch nor jax.
 """
 
 from ._graph import Graph, collect, dump, post_order
-from ._holders import private_parameters, refcounts_reliable
+from ._holders import holder_count, private_parameters, refcounts_reliable
 from ._node import (
     DEVICE_DATA,
     DTYPE_CODES,
@@ -35,6 +35,7 @@ __all__ = [
     "collect",
     "device_data",
     "dump",
+    "holder_count",
     "node_base_hash",
     "post_order",
     "private_parameters",

@@ -1,6 +1,7 @@
 """Which parameters of a graph nothing else can reach: the question donation asks.
 
-Contract: ``private_parameters(graph, dropped)`` returns the indices (into
+Contract: ``holder_count(obj)`` is the number of references to ``obj`` besides the call's
+own argument (None where counts cannot be trusted). ``private_parameters(graph, dropped)`` returns the indices (into
 ``graph.parameters``) of the ``device_data`` leaves that, once the caller lets go of
 the graph and of the references it names in ``dropped``, no Python object can reach:
 neither the leaf, nor any node or value between it and the roots, nor the leaf's
@@ -28,7 +29,7 @@ from collections.abc import Mapping
 from ._graph import Graph
 from ._node import DEVICE_DATA, Node
 
-__all__ = ["private_parameters", "refcounts_reliable"]
+__all__ = ["holder_count", "private_parameters", "refcounts_reliable"]
 
 _getrefcount = getattr(sys, "getrefcount", None)
 
@@ -50,6 +51,14 @@ def _measure_offset() -> int | None:
 
 
 _OFFSET = _measure_offset()
+
+
+def holder_count(obj) -> int | None:
+    """How many references to ``obj`` exist besides the argument of this call; None
+    where reference counts cannot be trusted. The caller's own variables count."""
+    if _OFFSET is None:
+        return None
+    return list(map(_getrefcount, [obj]))[0] - _OFFSET - 2
 
 
 def refcounts_reliable() -> bool:

@@ -1,0 +1,282 @@
+"""Donation: a sync writes its outputs over inputs that nothing else can read, and a
+buffer that anything can still read is never donated. torch on the CPU is the oracle
+for every value; ``DonatedBuffers`` counts what was donated.
+
+Each test names what holds the old value: an alias, a view, a ``.detach()``, a pending
+clone, a tensor autograd saved, a parameter tied between two modules, a buffer shared
+by two storages. Those must read what torch reads.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazax.executor as lx_exec
+import lazax.modes as lx
+from benchmarks.models import MLP, make_batch
+from lazax import ir
+
+DEV = lx.device()
+RUNTIME = lx_exec.EXECUTOR.runtime
+
+
+def donated():
+    return lx.metrics.counter_value("DonatedBuffers") or 0
+
+
+def run_mode(mode, fn):
+    """``fn()`` in a mode: lazy (then ``sync()``), eager, or ``compile``."""
+    if mode == "lazy":
+        out = fn()
+        lx.sync()
+        return out
+    if mode == "eager":
+        with lx.eager_mode_context(True):
+            return fn()
+    return lx.compile(fn)()
+
+
+MODES = ["lazy", "eager", "compile"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_in_place_update_donates_and_every_holder_reads_as_on_cpu(mode):
+    base = torch.randn(6, 4)
+    x = base.to(DEV)
+    lx.sync()
+    alias = x  # the same tensor
+    detached = x.detach()  # shares the storage: reads the new value, as on the CPU
+    view = x[1:3]  # a view: reads the new value through the base
+    clone = x.clone()  # pending IR that reads the old buffer: keeps it
+    before = donated()
+    run_mode(mode, lambda: x.mul_(2).add_(1))
+    expected = base * 2 + 1
+    torch.testing.assert_close(alias.cpu(), expected)
+    torch.testing.assert_close(detached.cpu(), expected)
+    torch.testing.assert_close(view.cpu(), expected[1:3])
+    torch.testing.assert_close(clone.cpu(), base)
+    del before
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_buffer_nothing_else_reads_is_donated(mode):
+    x = torch.randn(64, 64).to(DEV)
+    lx.sync()
+    before = donated()
+    run_mode(mode, lambda: x.mul_(3))
+    # eager runs mul_ as one graph that donates; lazy and compile run one graph too.
+    assert donated() - before == 1
+    ref = x.cpu()
+    run_mode(mode, lambda: x.add_(1))
+    torch.testing.assert_close(x.cpu(), ref + 1)
+
+
+def test_a_pending_clone_keeps_the_buffer_from_being_donated():
+    x = torch.randn(32).to(DEV)
+    lx.sync()
+    clone = x.clone()  # not synced yet
+    x.add_(1)
+    before = donated()
+    lx.sync_tensors([x])  # only x: the clone's IR still reads the old buffer
+    assert donated() == before
+    torch.testing.assert_close(clone.cpu(), x.cpu() - 1)
+
+
+def test_a_view_whose_ir_is_cached_keeps_the_buffer():
+    base = torch.arange(12.0)
+    x = base.clone().to(DEV)
+    lx.sync()
+    view = x[2:5]
+    view_ir = lx_exec.ir_value(view)  # a cached view IR over the current buffer
+    x.add_(1)
+    before = donated()
+    lx.sync()
+    assert donated() == before  # the view's IR is a holder
+    del view_ir
+    torch.testing.assert_close(view.cpu(), base[2:5] + 1)
+
+
+def test_a_buffer_shared_by_two_storages_is_never_donated():
+    first = torch.randn(16).to(DEV)
+    lx.sync()
+    leaf = first._lz_storage.value
+    second = lx_exec.new_tensor(
+        ir.device_data(leaf.spec, leaf.data), lx_exec.Layout((16,), torch.float32)
+    )
+    expected = first.cpu()
+    first.add_(1)
+    before = donated()
+    lx.sync()
+    assert donated() == before
+    torch.testing.assert_close(second.cpu(), expected)
+    torch.testing.assert_close(first.cpu(), expected + 1)
+
+
+def test_a_graph_hook_holding_the_graph_stops_donation():
+    kept = []
+    x = torch.randn(8).to(DEV)
+    lx.sync()
+    x.add_(1)
+    lx_exec.EXECUTOR.graph_hooks.append(lambda name, graph: kept.append(graph))
+    try:
+        before = donated()
+        lx.sync()
+        assert donated() == before
+    finally:
+        lx_exec.EXECUTOR.graph_hooks.pop()
+
+
+def test_tensors_saved_for_backward_keep_their_values():
+    torch.manual_seed(0)
+    w_cpu = torch.randn(8, 8, requires_grad=True)
+    x_cpu = torch.randn(4, 8)
+    w = w_cpu.detach().to(DEV).requires_grad_()
+    x = x_cpu.to(DEV)
+    h = torch.tanh(x @ w)  # saves its output for backward
+    lx.sync()  # the saved activations become device data
+    loss = (h * h).sum()
+    loss.backward()
+    h_cpu = torch.tanh(x_cpu @ w_cpu)
+    (h_cpu * h_cpu).sum().backward()
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad, rtol=1e-5, atol=1e-5)
+    # An in-place write to a saved tensor is refused as on the CPU.
+    y = torch.tanh(x @ w)
+    y.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def _mlp_step(model, opt, x, y):
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+class TiedMLP(torch.nn.Module):
+    """Two layers that share one weight (as language models tie embeddings)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(8, 8)
+        self.second = torch.nn.Linear(8, 8)
+        self.second.weight = self.first.weight
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("make", [lambda: MLP(8, 16, 8), TiedMLP], ids=["mlp", "tied"])
+def test_training_donates_the_state_and_matches_cpu(mode, make):
+    torch.manual_seed(0)
+    ref = make()
+    model = copy.deepcopy(ref).to(DEV)
+    if isinstance(model, TiedMLP):  # .to() does not keep a tie yet (issue 18): tie again
+        model.second.weight = model.first.weight
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    kept = model.parameters().__next__().detach()  # a user's alias of a parameter
+    before = donated()
+    for step in range(4):
+        x, y = make_batch(16, 8, 8, step)
+        ref_loss = _mlp_step(ref, ref_opt, x, y)
+        loss = run_mode(mode, lambda: _mlp_step(model, opt, x.to(DEV), y.to(DEV)))
+        torch.testing.assert_close(loss.cpu(), ref_loss.detach(), rtol=1e-5, atol=1e-6)
+    assert donated() > before
+    for p_ref, p in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(p.cpu(), p_ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kept.cpu(), next(ref.parameters()).detach(), rtol=1e-5, atol=1e-6)
+
+
+def _pointers(tensors):
+    """Where each tensor's device buffer lies (an int: holding it would hold the buffer)."""
+    return {t._lz_storage.value.data.unsafe_buffer_pointer() for t in tensors}
+
+
+def test_a_steady_lazy_step_writes_over_parameters_and_both_moments():
+    torch.manual_seed(0)
+    model = MLP(8, 16, 8).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = make_batch(16, 8, 8, 0)
+    x, y = x.to(DEV), y.to(DEV)
+
+    def state():
+        moments = [opt.state[p][k] for p in model.parameters() for k in ("exp_avg", "exp_avg_sq")]
+        return [*model.parameters(), *moments]
+
+    for step in range(3):
+        _mlp_step(model, opt, x, y)
+        lx.sync()
+        if step == 1:
+            before = _pointers(state())
+            batch = _pointers([x, y])
+    # The steady step wrote its outputs over every parameter and both moments (each
+    # donated buffer now holds one of the step's outputs); the batch was kept.
+    grads = [p.grad for p in model.parameters()]
+    after = _pointers(state() + grads)
+    assert len(before) == 3 * len(list(model.parameters()))
+    assert before <= after
+    assert batch == _pointers([x, y]) and not batch & after
+
+
+def test_a_failed_execution_after_donation_was_decided_loses_nothing():
+    torch.manual_seed(0)
+    ref = MLP(8, 16, 3)
+    model = copy.deepcopy(ref).to(DEV)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    for step in range(4):
+        x, y = make_batch(16, 8, 3, step)
+        _mlp_step(ref, ref_opt, x, y)
+        _mlp_step(model, opt, x.to(DEV), y.to(DEV))
+        if step == 2:  # a steady step: its graph donates the state
+            before = donated()
+            RUNTIME.fail_next("execute", RuntimeError("injected execute failure"))
+            with pytest.raises(RuntimeError, match="injected execute failure"):
+                lx.sync()
+            assert donated() == before  # nothing was consumed
+            for p in model.parameters():  # every old buffer is still readable
+                assert torch.isfinite(p.cpu()).all()
+        lx.sync()
+    for p_ref, p in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(p.cpu(), p_ref.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_donation_is_part_of_the_cache_key_and_its_change_is_explained():
+    lx.metrics.clear_all()
+    lx_exec.EXECUTOR.reset_cache()
+    x = torch.randn(4, 4).to(DEV)
+    lx.sync()
+
+    def step():
+        x.mul_(2)
+        lx.sync()
+
+    step()  # compiles with x donated
+    step()  # cached
+    assert lx.metrics.counter_value("UncachedCompile") == 1
+    held = lx_exec.ir_value(x)  # someone holds the buffer: not donated, a new program
+    step()
+    assert lx.metrics.counter_value("UncachedCompile") == 2
+    report = lx.metrics.recompile_reports()[-1]
+    assert "no longer donated" in report, report
+    del held
+
+
+def test_donation_can_be_turned_off():
+    policy = lx_exec.EXECUTOR.donation
+    saved = policy.enabled
+    policy.enabled = False
+    try:
+        x = torch.randn(8).to(DEV)
+        lx.sync()
+        before = donated()
+        x.add_(1)
+        lx.sync()
+        assert donated() == before
+    finally:
+        policy.enabled = saved
