@@ -184,7 +184,7 @@ def test_training_donates_the_state_and_matches_cpu(mode, make):
     for step in range(4):
         x, y = make_batch(16, 8, 8, step)
         ref_loss = _mlp_step(ref, ref_opt, x, y)
-        loss = run_mode(mode, lambda: _mlp_step(model, opt, x.to(DEV), y.to(DEV)))
+        loss = run_mode(mode, lambda x=x, y=y: _mlp_step(model, opt, x.to(DEV), y.to(DEV)))
         torch.testing.assert_close(loss.cpu(), ref_loss.detach(), rtol=1e-5, atol=1e-6)
     assert donated() > before
     for p_ref, p in zip(ref.parameters(), model.parameters()):

@@ -1,15 +1,15 @@
 """Which parameters of a graph nothing else can reach: the question donation asks.
 
-Contract: ``holder_count(obj)`` is the number of references to ``obj`` besides the call's
-own argument (None where counts cannot be trusted). ``private_parameters(graph, dropped)`` returns the indices (into
-``graph.parameters``) of the ``device_data`` leaves that, once the caller lets go of
-the graph and of the references it names in ``dropped``, no Python object can reach:
-neither the leaf, nor any node or value between it and the roots, nor the leaf's
-payload (held by that leaf alone). ``dropped`` maps ``id(obj)`` to how many references
-to ``obj`` the caller holds and is about to drop (the roots list it built, the
-storages that the results replace). Everything else that holds a node of the graph
-(another tensor's pending IR, a view's cached value, a graph a hook kept) makes that
-node, and everything under it, reachable.
+Contract: ``holder_count(obj)`` is the number of references to ``obj`` besides the
+call's own argument (None where counts cannot be trusted).
+``private_parameters(graph, dropped)`` returns the indices (into ``graph.parameters``)
+of the ``device_data`` leaves that, once the caller lets go of the graph and of the
+references it names in ``dropped``, no Python object can reach: neither the leaf, nor
+any node or value between it and the roots, nor the leaf's payload (held by that leaf
+alone). ``dropped`` maps ``id(obj)`` to how many references to ``obj`` the caller holds
+and is about to drop (the roots list it built, the storages that the results replace).
+Everything else that holds a node of the graph (another tensor's pending IR, a view's
+cached value, a graph a hook kept) makes that node, and everything under it, reachable.
 
 How: CPython's reference counts are the ground truth of "what holds it". For every node
 and every ``Value`` object of the graph the expected count is the references the graph
