@@ -122,3 +122,32 @@ def test_a_training_step_holds_its_state_once_with_donation():
     assert held_off == held  # what a step leaves behind does not depend on donation
     # Without donation the step holds the old and the new parameters and moments.
     assert peak_off >= state + 3 * 2 * 256 * 256 * 4
+
+
+def test_out_of_memory_raises_torchs_error_and_keeps_every_tensor():
+    x = torch.ones(3, device=DEV)
+    one = torch.ones(1, device=DEV)
+    lx.sync()
+    x.add_(1)  # pending, and its buffer would be donated
+    huge = one.expand(2**38) * 2  # a 1 TiB output
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory") as raised:
+        lx.sync()
+    message = str(raised.value)
+    assert "every tensor keeps its value" in message and "1.00 TiB new" in message
+    del huge
+    torch.testing.assert_close(x.cpu(), torch.full((3,), 2.0))  # the smaller step runs
+    torch.testing.assert_close(one.cpu(), torch.ones(1))
+
+
+def test_an_injected_out_of_memory_names_the_graph():
+    x = torch.ones(4, device=DEV)
+    lx.sync()
+    x.mul_(3)
+    lx_exec.EXECUTOR.runtime.fail_next(
+        "execute", RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 16 bytes.")
+    )
+    with pytest.raises(
+        torch.OutOfMemoryError, match=r"reads 2 inputs .*largest inputs: float32\[4\]"
+    ):
+        lx.sync()
+    torch.testing.assert_close(x.cpu(), torch.full((4,), 3.0))

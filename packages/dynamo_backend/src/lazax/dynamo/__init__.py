@@ -25,7 +25,9 @@ from ._version import __version__
 
 install()
 
-lazax_backend = aot_autograd(fw_compiler=bridge)
+# Inference graphs (an optimizer step under torch.compile) keep their input mutations:
+# the bridge writes the new values back itself, and donates the old buffers.
+lazax_backend = aot_autograd(fw_compiler=bridge, keep_inference_input_mutations=True)
 
 # Installed as a distribution, torch finds "lazax" through the entry point and registers
 # it itself when first asked (registering here too would be a duplicate).

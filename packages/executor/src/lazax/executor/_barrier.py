@@ -47,6 +47,7 @@ from ._dtypes import dtype_name, torch_dtype
 from ._keys import KeyParts, RecompileLog
 from ._lowering import lower
 from ._map_guard import MapGuard
+from ._oom import out_of_memory
 from ._tensor import COMMIT_LOCK, PENDING, LazyTensor, Storage, ir_value
 
 __all__ = ["EXECUTOR", "GraphExecutor", "from_cpu", "to_cpu"]
@@ -245,6 +246,9 @@ class GraphExecutor:
                     results = self.run_graph(roots, storages)
                 except BaseException:
                     PENDING.restore(storages)
+                    # The traceback keeps this frame (and run_graph's) alive: it must
+                    # not keep the storages, or a tensor the user drops stays pending.
+                    storages.clear()
                     raise
                 for storage, root, value in zip(storages, roots, results):
                     storage.settle(root, value)
@@ -300,7 +304,12 @@ class GraphExecutor:
         if placed is not None:
             sharding.place_arguments(args, placed[1], graph.parameters)
         start = perf_counter()  # not metrics.timed: a context manager costs per op here
-        outputs = runtime.execute(entry, args)
+        try:
+            outputs = runtime.execute(entry, args)
+        except pjrt.DeviceOutOfMemory as err:
+            what = f"graph {self.graph_name}" if self.graph_name else "a graph"
+            where = self.compile_site()[1]
+            raise out_of_memory(err, f"{what} (synced at {where})", graph, runtime) from err
         metrics.record("EagerOpExecuteTime" if eager else "ExecuteTime", perf_counter() - start)
         if donate:
             metrics.bump("DonatedBuffers", len(donate))
@@ -356,7 +365,12 @@ def from_cpu(t: torch.Tensor, device_index: int = 0) -> ir.Value:
     """Upload a CPU tensor; returns its device-data value."""
     runtime = EXECUTOR.runtime
     with metrics.timed("TransferToDeviceTime"):
-        buf = runtime.to_device(_to_numpy(t), runtime.devices[device_index])
+        try:
+            buf = runtime.to_device(_to_numpy(t), runtime.devices[device_index])
+        except pjrt.DeviceOutOfMemory as err:
+            shape = f"{dtype_name(t.dtype)}{list(t.shape)}"
+            what = f"a transfer of {shape} to the device"
+            raise out_of_memory(err, what, None, runtime) from err
     return ir.device_data(ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype)), buf)
 
 

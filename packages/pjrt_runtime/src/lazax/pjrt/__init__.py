@@ -8,16 +8,25 @@ runtime, created on first use. Imports no torch.
 from __future__ import annotations
 
 from ._platform import PLATFORMS, PlatformUnavailableError, platform_from_env
-from ._runtime import STAGES, Executable, PjrtRuntime, numpy_dtype
+from ._runtime import (
+    STAGES,
+    DeviceOutOfMemory,
+    Executable,
+    PjrtRuntime,
+    is_out_of_memory,
+    numpy_dtype,
+)
 from ._version import __version__
 
 __all__ = [
     "PLATFORMS",
     "STAGES",
+    "DeviceOutOfMemory",
     "Executable",
     "PjrtRuntime",
     "PlatformUnavailableError",
     "__version__",
+    "is_out_of_memory",
     "numpy_dtype",
     "platform_from_env",
     "runtime",

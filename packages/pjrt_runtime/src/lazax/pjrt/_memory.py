@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from typing import Any
 
 __all__ = ["MemoryTracker"]
@@ -36,8 +37,12 @@ class MemoryTracker:
 
     def __init__(self, devices) -> None:
         self.counts = {d: _DeviceCount() for d in devices}
-        # id(buffer) -> (weakref, ((device, bytes), ...)); the weakref's callback forgets it.
+        # id(buffer) -> (weakref, ((device, bytes), ...)).
         self._live: dict[int, tuple] = {}
+        # Keys of buffers that died. A weakref callback runs wherever the last reference
+        # goes, even inside ``track`` holding the lock (a collection triggered by an
+        # allocation): it only appends here (atomic), and the next call drains it.
+        self._died: deque[int] = deque()
         self._lock = threading.Lock()
         # Devices whose PJRT peak was reset (PJRT's own peak cannot be).
         self.pjrt_peak_base: dict[Any, bool] = {}
@@ -57,14 +62,16 @@ class MemoryTracker:
     def track(self, buffers, temp_bytes: int = 0) -> None:
         live = self._live
         counts = self.counts
+        died = self._died.append
         added: dict = {}
         with self._lock:
+            self._drain()
             for buffer in buffers:
                 key = id(buffer)
                 if key in live:
                     continue
                 footprint = self._footprint(buffer)
-                live[key] = (weakref.ref(buffer, self._forget(key)), footprint)
+                live[key] = (weakref.ref(buffer, lambda _ref, key=key: died(key)), footprint)
                 for device, size in footprint:
                     added[device] = added.get(device, 0) + size
                     count = counts.get(device)
@@ -81,49 +88,50 @@ class MemoryTracker:
                 if top > count.peak:
                     count.peak = top
                 count.in_use += size
-        if temp_bytes and not added:
-            self._peak_with(temp_bytes)
+            if temp_bytes and not added:
+                for count in counts.values():
+                    count.peak = max(count.peak, count.in_use + temp_bytes)
 
-    def _peak_with(self, extra: int) -> None:
-        with self._lock:
-            for count in self.counts.values():
-                if count.in_use + extra > count.peak:
-                    count.peak = count.in_use + extra
+    def _drain(self) -> None:
+        """Forget the buffers that died since the last call. Under ``_lock``."""
+        died = self._died
+        while died:
+            self._forget(died.popleft())
 
-    def _forget(self, key: int):
-        def forget(_ref, key=key) -> None:
-            self._drop(key)
-
-        return forget
-
-    def _drop(self, key: int) -> None:
-        with self._lock:
-            entry = self._live.pop(key, None)
-            if entry is None:
-                return
-            for device, size in entry[1]:
-                count = self.counts.get(device)
-                if count is not None:
-                    count.in_use -= size
-                    count.allocs -= 1
+    def _forget(self, key: int) -> None:
+        entry = self._live.pop(key, None)
+        if entry is None:
+            return
+        for device, size in entry[1]:
+            count = self.counts.get(device)
+            if count is not None:
+                count.in_use -= size
+                count.allocs -= 1
 
     def release(self, buffers) -> None:
         """These buffers are consumed (donated): their memory now holds outputs."""
-        for buffer in buffers:
-            self._drop(id(buffer))
+        with self._lock:
+            self._drain()
+            for buffer in buffers:
+                self._forget(id(buffer))
 
     def peak(self, device) -> int:
+        with self._lock:
+            self._drain()
         count = self.counts.get(device)
         return count.peak if count is not None else 0
 
     def reset_peak(self, device) -> None:
         with self._lock:
+            self._drain()
             count = self.counts.get(device)
             if count is not None:
                 count.peak = count.in_use
             self.pjrt_peak_base[device] = True
 
     def stats(self, device) -> dict[str, Any]:
+        with self._lock:
+            self._drain()
         count = self.counts.get(device) or _DeviceCount()
         return {
             "source": "lazax",

@@ -15,7 +15,9 @@ Contract (the narrow interface; a second implementation must stay possible):
   ``shard_shapes(buffer)`` (device id -> the shape of the piece that device holds).
 - ``execute(executable, args)``: runs asynchronously; returns a tuple of buffers that
   are futures. Errors raised synchronously propagate, and then no donated argument has
-  been consumed; an asynchronous failure surfaces when a result is waited on.
+  been consumed; an asynchronous failure surfaces when a result is waited on. Running
+  out of device memory raises ``DeviceOutOfMemory`` (with the program's input, output
+  and scratch bytes), here and in ``to_device``.
 - ``memory_stats(device)``: bytes in use and peak (``bytes_in_use``,
   ``peak_bytes_in_use``, ``bytes_limit`` where known, ``num_allocs``,
   ``largest_alloc_size``, ``source``): the plugin's own statistics where it reports
@@ -49,7 +51,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 from ._memory import MemoryTracker
 from ._platform import jax_devices, platform_from_env
 
-__all__ = ["Executable", "PjrtRuntime", "STAGES", "numpy_dtype"]
+__all__ = [
+    "DeviceOutOfMemory",
+    "Executable",
+    "PjrtRuntime",
+    "STAGES",
+    "is_out_of_memory",
+    "numpy_dtype",
+]
 
 jax.config.update("jax_enable_x64", True)
 
@@ -66,6 +75,46 @@ def numpy_dtype(name: str):
     return dt
 
 
+# A donating program that allocates more than this is checked against free memory first.
+_CHECK_FREE_ABOVE = 64 << 20
+
+
+def _host_available_bytes() -> int | None:
+    """The kernel's estimate of memory available to this process (Linux), else None."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """XLA's out-of-memory status, whatever exception type jax wraps it in."""
+    return "RESOURCE_EXHAUSTED" in str(err)
+
+
+class DeviceOutOfMemory(RuntimeError):
+    """An execution (or transfer) ran out of device memory; nothing was consumed.
+
+    ``executable`` and ``args`` are the program and its arguments when an execution
+    failed (None for a transfer), so the caller can say what did not fit."""
+
+    def __init__(self, message: str, executable=None, args=()) -> None:
+        super().__init__(message)
+        self.executable = executable
+        self.args_nbytes = [getattr(a, "nbytes", 0) for a in args]
+        try:
+            analysis = executable.compiled.memory_analysis() if executable else None
+        except Exception:
+            analysis = None
+        self.output_bytes = int(getattr(analysis, "output_size_in_bytes", 0) or 0)
+        self.temp_bytes = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
+        self.alias_bytes = int(getattr(analysis, "alias_size_in_bytes", 0) or 0)
+
+
 class Executable:
     """A compiled program bound to one device."""
 
@@ -78,6 +127,7 @@ class Executable:
         "load_failures",
         "donate",
         "temp_bytes",
+        "need_bytes",
     )
 
     def __init__(
@@ -87,11 +137,16 @@ class Executable:
         self.device = device
         self.num_outputs = num_outputs
         self.donate = donate
-        # Scratch memory the program needs while it runs (XLA's memory analysis).
+        # Scratch memory the program needs while it runs, and what it allocates in all
+        # (new outputs and scratch), from XLA's memory analysis.
         try:
-            self.temp_bytes = int(compiled.memory_analysis().temp_size_in_bytes)
+            analysis = compiled.memory_analysis()
+            self.temp_bytes = int(analysis.temp_size_in_bytes)
+            self.need_bytes = self.temp_bytes + int(
+                analysis.output_size_in_bytes - analysis.alias_size_in_bytes
+            )
         except Exception:  # not every backend reports it
-            self.temp_bytes = 0
+            self.temp_bytes = self.need_bytes = 0
         # With a persistent cache: "hit" (loaded, not compiled) or "miss"; else None.
         self.persistent: str | None = None
         # Persistent-cache entries that could not be read (and were compiled instead).
@@ -170,7 +225,12 @@ class PjrtRuntime:
 
     def to_device(self, array: np.ndarray, device: Any = None) -> jax.Array:
         self._check_fault("to_device")
-        buffer = jax.device_put(array, self._shardings[device or self.default_device])
+        try:
+            buffer = jax.device_put(array, self._shardings[device or self.default_device])
+        except Exception as err:
+            if is_out_of_memory(err):
+                raise DeviceOutOfMemory(str(err)) from err
+            raise
         self.memory.track((buffer,))
         return buffer
 
@@ -266,18 +326,38 @@ class PjrtRuntime:
         return executable
 
     def execute(self, executable: Executable, args: Sequence[Any]) -> tuple[jax.Array, ...]:
-        self._check_fault("execute")
         memory = self.memory
         if executable.donate:
+            if executable.need_bytes > _CHECK_FREE_ABOVE:
+                self._check_room(executable, args)
             memory.release([args[i] for i in executable.donate])
         try:
+            self._check_fault("execute")
             outputs = tuple(executable.compiled(*args))
-        except BaseException:
+        except BaseException as err:
             if executable.donate:  # not consumed: a synchronous failure donates nothing
                 memory.track([args[i] for i in executable.donate if not args[i].is_deleted()])
+            if is_out_of_memory(err):
+                raise DeviceOutOfMemory(str(err), executable, args) from err
             raise
         memory.track(outputs, executable.temp_bytes)
         return outputs
+
+    def _check_room(self, executable: Executable, args) -> None:
+        """A donating program that cannot fit raises before it runs: some plugins (the
+        CPU's) consume donated buffers even when the execution then fails."""
+        stats = self.memory_stats(executable.device)
+        if "bytes_limit" in stats:
+            free = stats["bytes_limit"] - stats["bytes_in_use"]
+        else:
+            free = _host_available_bytes()
+        if free is not None and executable.need_bytes > free:
+            raise DeviceOutOfMemory(
+                f"RESOURCE_EXHAUSTED: the program needs {executable.need_bytes} bytes "
+                f"(new outputs and scratch) and {free} are free; not run, nothing donated",
+                executable,
+                args,
+            )
 
     def memory_stats(self, device: Any = None) -> dict[str, Any]:
         device = device or self.default_device
