@@ -24,7 +24,7 @@ import jax
 import torch
 from tqdm import tqdm
 
-from . import micro
+from . import memory, micro
 from .chart import write_chart
 from .inference import INFERENCE_RUNNERS
 from .report import add_ratios, format_report
@@ -68,6 +68,11 @@ def _parse(argv):
     p.add_argument("--cnn-image", type=int, default=32, help="CNN image side")
     p.add_argument("--cnn-batch", type=int, default=32, help="CNN batch")
     p.add_argument("--skip-micro", action="store_true")
+    p.add_argument(
+        "--memory-models",
+        default="mlp,decoder",
+        help="peak-memory table (benchmarks.memory), comma list of mlp,decoder; empty: none",
+    )
     p.add_argument(
         "--skip-restart",
         action="store_true",
@@ -169,6 +174,13 @@ def main(argv=None) -> int:
             report.setdefault(phase, {}).setdefault(model, {})[mode] = _measure(spec, bar)
         if restart:
             report["restart"] = _restart(sizes["decoder"], bar)
+    memory_models = _csv(args.memory_models, memory.MODELS, "memory models")
+    if memory_models:
+        report["memory"] = []
+        for model in memory_models:
+            for mode in memory.MODES:
+                print(f"memory: {model} {mode} ...", flush=True)
+                report["memory"].append(memory.run(model, mode))
     add_ratios(report)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{args.name}.json"

@@ -22,6 +22,9 @@ TARGETS = [
     ("inference", "decoder", "dynamo", "vs_jax", 0.95),
 ]
 FIRST_STEP_LIMIT = 1.5  # time to first step, at most this times pure JAX's
+# Peak memory above the baseline, at most this times the training state (issue 17);
+# eager: at most torch CPU's multiple.
+MEMORY_LIMIT = {"lazy": 1.25, "compile": 1.25, "dynamo": 1.25}
 
 
 def add_ratios(report: dict) -> None:
@@ -106,7 +109,7 @@ def _target_lines(report: dict) -> list[str]:
                     f"  {model} training {mode}: first step {r['first_vs_jax']:.2f}x pure JAX's "
                     f"(<= {FIRST_STEP_LIMIT}x): {verdict}"
                 )
-    return lines
+    return lines + _memory_targets(report)
 
 
 def format_report(report: dict) -> str:
@@ -126,5 +129,37 @@ def format_report(report: dict) -> str:
             f"warm ({restart['warm_persistent_hits']} executables loaded, "
             f"{restart['warm_persistent_misses']} compiled)"
         )
+    lines += _memory_lines(report)
     lines += _target_lines(report)
     return "\n".join(lines)
+
+
+def _memory_lines(report: dict) -> list[str]:
+    rows = report.get("memory")
+    if not rows:
+        return []
+    from .memory import table
+
+    return ["", "peak memory above the baseline, as a multiple of the training state:", table(rows)]
+
+
+def _memory_targets(report: dict) -> list[str]:
+    lines = []
+    by = {(r["model"], r["mode"]): r for r in report.get("memory", []) if "error" not in r}
+    for (model, mode), r in sorted(by.items()):
+        ratio = r["peak_mb"] / r["state_mb"]
+        if mode in MEMORY_LIMIT:
+            limit, what = MEMORY_LIMIT[mode], ""
+        elif mode == "eager" and (model, "torch_cpu") in by:
+            cpu = by[(model, "torch_cpu")]
+            limit, what = cpu["peak_mb"] / cpu["state_mb"], " (torch CPU's)"
+        else:
+            continue
+        verdict = "met" if ratio <= limit else "MISSED"
+        lines.append(
+            f"  {model} memory {mode}: {ratio:.2f}x the state (<= {limit:.2f}x{what}): {verdict}"
+        )
+        device = r.get("device_peak_mb")
+        if device is not None:
+            lines[-1] += f"; device count {device / r['state_mb']:.2f}x"
+    return lines

@@ -79,7 +79,12 @@ def _dropped_references(roots: list, targets, bump: bool) -> dict[int, int]:
         if bump and t.views is not None:
             for ref in t.views:
                 view = ref()
-                if view is not None and type(view._lz_value) is not StaleView:
+                if (
+                    view is not None
+                    and view._lz_view is not None
+                    and view._lz_storage is t
+                    and type(view._lz_value) is not StaleView
+                ):
                     key = id(view._lz_value)
                     dropped[key] = dropped.get(key, 0) + 1
     return dropped

@@ -153,7 +153,8 @@ class Storage:
         live = []
         for ref in self.views:
             view = ref()
-            if view is not None:
+            # Still a view of this storage (an in-place view op can make it whole)?
+            if view is not None and view._lz_view is not None and view._lz_storage is self:
                 live.append(ref)
                 cached = view._lz_value
                 if type(cached) is not StaleView and view._lz_seen != self.version:

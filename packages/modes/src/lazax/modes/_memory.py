@@ -15,8 +15,6 @@ scratch memory in the peak (the CPU). ``memory_stats(device)["source"]`` says wh
 
 from __future__ import annotations
 
-import torch
-
 from lazax import executor as _executor
 
 __all__ = [
@@ -34,14 +32,17 @@ def _runtime_device(device):
         index = 0
     elif isinstance(device, int):
         index = device
-    else:
-        device = torch.device(device)
-        if device.type != _executor.device(0).type:
+    else:  # a torch.device or a string such as "lazax:1"
+        if isinstance(device, str):
+            kind, _, number = device.partition(":")
+            index = int(number) if number else 0
+        else:
+            kind, index = device.type, device.index or 0
+        if kind != _executor.device(0).type:
             raise ValueError(
                 f"Expected a lazax device, but got: {device} (use torch.cuda for cuda "
                 f"memory, psutil for the host's)"
             )
-        index = device.index or 0
     if not 0 <= index < len(runtime.devices):
         raise RuntimeError(
             f"lazax device index {index} is out of range: this process has "
