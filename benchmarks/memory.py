@@ -108,6 +108,8 @@ def _run_jax(model_name, holder, batches, steps, donate):
 
         plain, state = make_jax_train_step(model, lr=LR)
         step = jax.jit(plain.__wrapped__, donate_argnums=(0,) if donate else ())
+        # Its two moments start as the same zero arrays: one buffer cannot be donated twice.
+        state = jax.tree.map(lambda a: a.copy(), state)
     del model
     data = [tuple(jax.numpy.asarray(t.numpy()) for t in b) for b in batches]
     for i in range(steps):

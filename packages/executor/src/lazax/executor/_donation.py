@@ -36,6 +36,10 @@ class DonationPolicy:
     def choose(self, graph: ir.Graph, roots: list, targets, bump: bool = True) -> tuple[int, ...]:
         if not self.enabled:
             return ()
+        if not bump and not any(type(t) is not Storage or t.version for t in targets):
+            # An eager op's fresh outputs: its inputs are held by the tensors it was
+            # called with, so nothing could be donated; skip the analysis (per op).
+            return ()
         # The graph object itself: the caller's variable and this parameter. A graph
         # hook that kept it can read every node (the count above it says so).
         if ir.holder_count(graph) != 2:

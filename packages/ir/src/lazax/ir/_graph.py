@@ -3,7 +3,13 @@
 Contract: ``collect(roots)`` walks once and returns a ``Graph`` holding
 - ``nodes``: every reachable node, operands before users (post-order), each once;
 - ``parameters``: the parameter leaves in first-visit order (the program's inputs);
-- ``reached``: every reachable node once, in the walk's (breadth-first) order;
+- ``reached``: every reachable node once, in the walk's (breadth-first) order, roots
+  first; ``parameter_positions``: each parameter's index in ``reached``;
+  ``edge_signature``: per edge, the ``reached`` index of a node seen before (a
+  negative number for a first visit): with it, how many edges reach a node is counted
+  without walking the graph again; ``positions``: ``id(node)`` -> index in ``reached``;
+  ``value_edges``: the ``Value`` objects (outputs >= 1) on edges and among the roots,
+  once per occurrence;
 - ``hash``: a key that is equal for two collections exactly when they compute the same
   function of their parameters: it covers the roots' Merkle hashes, which outputs are
   taken, and how edges share nodes (so ``a + a`` and ``a + b`` differ even when ``a``
@@ -27,15 +33,37 @@ _PARAMETER_OPS = frozenset((DEVICE_DATA, SCALAR))
 class Graph:
     """The result of ``collect``: roots, parameters, hash, and (on demand) post-order."""
 
-    __slots__ = ("roots", "parameters", "hash", "reached", "_nodes")
+    __slots__ = (
+        "roots",
+        "parameters",
+        "hash",
+        "reached",
+        "parameter_positions",
+        "edge_signature",
+        "positions",
+        "value_edges",
+        "_nodes",
+    )
 
     def __init__(
-        self, roots: tuple, parameters: list[Node], key: int, reached: list[Node] | None = None
+        self,
+        roots: tuple,
+        parameters: list[Node],
+        key: int,
+        reached: list[Node],
+        parameter_positions: list[int],
+        edge_signature: list[int],
+        positions: dict[int, int],
+        value_edges: list[Value],
     ) -> None:
         self.roots = roots
         self.parameters = parameters
         self.hash = key
-        self.reached = reached if reached is not None else post_order(roots)
+        self.reached = reached
+        self.parameter_positions = parameter_positions
+        self.edge_signature = edge_signature
+        self.positions = positions
+        self.value_edges = value_edges
         self._nodes: list[Node] | None = None
 
     @property
@@ -62,11 +90,17 @@ def collect(roots: Sequence[Value], salt: object = None) -> Graph:
     position: dict[int, int] = {}
     order: list[Node] = []
     parameters: list[Node] = []
+    param_positions: list[int] = []
     sig: list[int] = []
+    value_edges: list[Value] = []
     add_sig = sig.append
     get_position = position.get
     for root in roots:
-        top = root if type(root) is Node else root.node
+        if type(root) is Node:
+            top = root
+        else:
+            top = root.node
+            value_edges.append(root)
         placed = get_position(id(top))
         if placed is not None:
             add_sig(placed)
@@ -74,10 +108,15 @@ def collect(roots: Sequence[Value], salt: object = None) -> Graph:
         position[id(top)] = len(order)
         order.append(top)
         if not top.operands and top.op in _PARAMETER_OPS:
+            param_positions.append(len(order) - 1)
             parameters.append(top)
     for node in order:  # grows while it is read
         for value in node.operands:
-            child = value if type(value) is Node else value.node
+            if type(value) is Node:
+                child = value
+            else:
+                child = value.node
+                value_edges.append(value)
             placed = get_position(id(child))
             if placed is not None:
                 add_sig(placed)
@@ -86,6 +125,7 @@ def collect(roots: Sequence[Value], salt: object = None) -> Graph:
             order.append(child)
             if not child.operands and child.op in _PARAMETER_OPS:
                 add_sig(-1 - len(parameters))
+                param_positions.append(len(order) - 1)
                 parameters.append(child)
             else:
                 add_sig(_NEW_NODE)
@@ -97,7 +137,7 @@ def collect(roots: Sequence[Value], salt: object = None) -> Graph:
             salt if type(salt) is int else (stable_hash(salt) if salt is not None else 0),
         )
     )
-    return Graph(tuple(roots), parameters, key, order)
+    return Graph(tuple(roots), parameters, key, order, param_positions, sig, position, value_edges)
 
 
 def post_order(roots: Sequence[Value]) -> list[Node]:

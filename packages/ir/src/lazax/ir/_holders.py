@@ -24,7 +24,10 @@ adds is measured once, at import, the way it is used here.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Mapping
+from itertools import compress, repeat
+from operator import add, attrgetter, gt, sub
 
 from ._graph import Graph
 from ._node import DEVICE_DATA, Node
@@ -32,6 +35,7 @@ from ._node import DEVICE_DATA, Node
 __all__ = ["holder_count", "private_parameters", "refcounts_reliable"]
 
 _getrefcount = getattr(sys, "getrefcount", None)
+_NODE = attrgetter("node")
 
 
 def _measure_offset() -> int | None:
@@ -66,46 +70,53 @@ def refcounts_reliable() -> bool:
     return _OFFSET is not None
 
 
-def _graph_references(graph: Graph) -> tuple[dict[int, int], list]:
-    """(id -> references the graph itself makes, the Value objects met). A function of
-    its own so that no loop variable still holds a node when the counts are read."""
-    edges: dict[int, int] = {}
-    values: dict[int, object] = {}  # Value objects (outputs >= 1) met on edges or roots
-    for node in graph.reached:
-        for v in node.operands:
-            key = id(v)
-            edges[key] = edges.get(key, 0) + 1
-            if type(v) is not Node:
-                values[key] = v
-    for r in graph.roots:
-        key = id(r)
-        edges[key] = edges.get(key, 0) + 1
-        if type(r) is not Node:
-            values[key] = r
-    for v in values.values():  # a Value object holds its node
-        key = id(v.node)
-        edges[key] = edges.get(key, 0) + 1
-    for p in graph.parameters:  # the parameters list
-        edges[id(p)] = edges.get(id(p), 0) + 1
-    return edges, list(values.values())
+def _expected_node_references(graph: Graph, dropped: Mapping[int, int]) -> list[int]:
+    """Per node of ``graph.reached``, the references the graph and the caller account
+    for (besides the ``reached`` list and the offset): the edge of its first visit (or
+    the roots tuple), its revisits (from the edge signature: no second walk), the parameters
+    list, one per ``Value`` object of it (an edge through a Value holds the Value, not
+    the node), and what the caller drops."""
+    revisits = Counter(graph.edge_signature)
+    expected = list(map(add, map(revisits.get, range(len(graph.reached)), repeat(0)), repeat(1)))
+    for position in graph.parameter_positions:
+        expected[position] += 1
+    positions = graph.positions
+    value_edges = graph.value_edges
+    if value_edges:
+        # In C (map, zip, Counter): a decoder's graph has hundreds of value edges.
+        via_values = Counter(map(positions.__getitem__, map(id, map(_NODE, value_edges))))
+        distinct = dict(zip(map(id, value_edges), value_edges)).values()
+        holding = Counter(map(positions.__getitem__, map(id, map(_NODE, distinct))))
+        via_values.subtract(holding)
+        for position, net in via_values.items():
+            expected[position] -= net
+    for key, count in dropped.items():
+        position = positions.get(key)
+        if position is not None:
+            expected[position] += count
+    return expected
 
 
-def _held_outside(objs: list, edges: dict[int, int], dropped: Mapping[int, int]):
-    """The objects of ``objs`` held by something outside the graph; None if a count is
-    below what the graph alone accounts for."""
+def _held_outside(objs: list, expected: list[int]):
+    """The objects of ``objs`` that something outside the graph holds; None if a count
+    is below what the graph alone accounts for."""
     counts = list(map(_getrefcount, objs))  # each also held once by ``objs``
-    live = []
+    outside = list(map(sub, counts, expected))
     base = _OFFSET + 1
-    get_edges = edges.get
-    get_dropped = dropped.get
-    for i, count in enumerate(counts):
-        key = id(objs[i])
-        outside = count - base - get_edges(key, 0) - get_dropped(key, 0)
-        if outside > 0:
-            live.append(objs[i])
-        elif outside < 0:
-            return None
-    return live
+    if min(outside, default=base) < base:
+        return None
+    return list(compress(objs, map(gt, outside, repeat(base))))
+
+
+def _value_objects(graph: Graph, dropped: Mapping[int, int]) -> tuple[list, list[int]]:
+    """The distinct Value objects and what accounts for each: its edges and roots
+    occurrences, held once more each by ``graph.value_edges``, and what is dropped."""
+    occurrences = Counter(map(id, graph.value_edges))
+    values = list(dict(zip(map(id, graph.value_edges), graph.value_edges)).values())
+    keys = list(map(id, values))
+    twice = map(add, map(occurrences.__getitem__, keys), map(occurrences.__getitem__, keys))
+    expected = list(map(add, twice, map(dropped.get, keys, repeat(0))))
+    return values, expected
 
 
 def _reachable_from(live: list) -> set[int]:
@@ -119,17 +130,43 @@ def _reachable_from(live: list) -> set[int]:
     return reachable
 
 
+def _candidates(graph: Graph, dropped: Mapping[int, int]) -> bool:
+    """Whether any device-data parameter is held by nothing but the graph's own edges
+    and lists: a necessary condition, from the walk's edge signature (no second walk),
+    so that the common sync with nothing to donate costs a few microseconds."""
+    revisits = Counter(graph.edge_signature)
+    params = graph.parameters
+    positions = graph.parameter_positions
+    for k in range(len(params)):  # not enumerate: its cached tuple would hold ``p``
+        p = params[k]
+        if p.op != DEVICE_DATA:
+            continue
+        # The edge of its first visit (or, for a root, the roots tuple), the edges of
+        # its revisits, the reached and parameters lists, and this frame's ``p``.
+        expected = 1 + revisits[positions[k]] + 3 + dropped.get(id(p), 0)
+        if _getrefcount(p) - _OFFSET <= expected:
+            return True
+    return False
+
+
 def private_parameters(graph: Graph, dropped: Mapping[int, int]) -> list[int]:
-    if _OFFSET is None:
+    if _OFFSET is None or not _candidates(graph, dropped):
         return []
-    edges, value_list = _graph_references(graph)
-    live_nodes = _held_outside(graph.reached, edges, dropped)
-    live_values = _held_outside(value_list, edges, dropped) if value_list else []
-    if live_nodes is None or live_values is None:
+    live = _held_outside(graph.reached, _expected_node_references(graph, dropped))
+    if live is None:
         return []  # the accounting does not hold here: donate nothing
-    reachable = _reachable_from(live_nodes + live_values)
+    if graph.value_edges:
+        values, expected = _value_objects(graph, dropped)
+        live_values = _held_outside(values, expected)
+        del values
+        if live_values is None:
+            return []
+        live += live_values
+    reachable = _reachable_from(live)
     private = []
-    for i, p in enumerate(graph.parameters):
+    params = graph.parameters
+    for i in range(len(params)):
+        p = params[i]
         if p.op != DEVICE_DATA or p.data is None or id(p) in reachable:
             continue
         # The payload: held by this leaf only (not by a second leaf, a cache, a user).
