@@ -280,3 +280,28 @@ def test_donation_can_be_turned_off():
         assert donated() == before
     finally:
         policy.enabled = saved
+
+
+def test_a_whole_step_under_torch_compile_donates_parameters_and_momentum():
+    import lazax.dynamo  # noqa: F401  (the backend)
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = MLP(8, 16, 3)
+    model = copy.deepcopy(ref).to(DEV)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    compiled = torch.compile(_mlp_step, backend="lazax")
+    n_params = len(list(model.parameters()))
+    for step in range(4):
+        x, y = make_batch(16, 8, 3, step)
+        ref_loss = _mlp_step(ref, ref_opt, x, y)
+        before = donated()
+        loss = compiled(model, opt, x.to(DEV), y.to(DEV))
+        lx.sync()
+        torch.testing.assert_close(loss.cpu(), ref_loss.detach(), rtol=1e-5, atol=1e-6)
+    # The optimizer's graph writes its new parameters and momentum over the old ones.
+    assert donated() - before == 2 * n_params
+    for p_ref, p in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(p.cpu(), p_ref.detach(), rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
