@@ -27,7 +27,7 @@ import sys
 from collections import Counter
 from collections.abc import Mapping
 from itertools import compress, repeat
-from operator import add, attrgetter, gt, sub
+from operator import add, and_, attrgetter, eq, gt, le, not_, sub
 
 from ._graph import Graph
 from ._node import DEVICE_DATA, Node
@@ -36,6 +36,8 @@ __all__ = ["holder_count", "private_parameters", "refcounts_reliable"]
 
 _getrefcount = getattr(sys, "getrefcount", None)
 _NODE = attrgetter("node")
+_OP = attrgetter("op")
+_DATA = attrgetter("data")
 
 
 def _measure_offset() -> int | None:
@@ -70,26 +72,61 @@ def refcounts_reliable() -> bool:
     return _OFFSET is not None
 
 
-def _expected_node_references(graph: Graph, dropped: Mapping[int, int]) -> list[int]:
+class _Structure:
+    """What a graph's shape fixes, so per graph hash (the hash covers how edges share
+    nodes): per ``reached`` node, the references its edges make (the first visit or the
+    roots tuple, the revisits, the parameters list, less the edges that go through a
+    ``Value`` object, which hold the Value and not the node); per parameter, the same
+    plus the two lists; per value edge, its node's position."""
+
+    __slots__ = ("node_base", "param_base", "edge_nodes")
+
+    def __init__(self, graph: Graph) -> None:
+        revisits = Counter(graph.edge_signature)
+        node_base = list(
+            map(add, map(revisits.get, range(len(graph.reached)), repeat(0)), repeat(1))
+        )
+        for position in graph.parameter_positions:
+            node_base[position] += 1
+        nodes = map(_NODE, graph.value_edges)
+        self.edge_nodes = list(map(graph.positions.__getitem__, map(id, nodes)))
+        for position in self.edge_nodes:
+            node_base[position] -= 1
+        self.node_base = node_base
+        # A parameter: its edges, and the reached and parameters lists.
+        self.param_base = [3 + revisits.get(p, 0) for p in graph.parameter_positions]
+
+
+_STRUCTURES: dict[int, _Structure] = {}
+_STRUCTURES_KEPT = 512
+
+
+def _structure(graph: Graph) -> _Structure:
+    found = _STRUCTURES.get(graph.hash)
+    if found is not None and (
+        len(found.node_base) == len(graph.reached)
+        and len(found.edge_nodes) == len(graph.value_edges)
+        and len(found.param_base) == len(graph.parameters)
+    ):
+        return found
+    if len(_STRUCTURES) >= _STRUCTURES_KEPT:
+        _STRUCTURES.clear()  # ever-new graphs: start over rather than grow
+    found = _STRUCTURES[graph.hash] = _Structure(graph)
+    return found
+
+
+def _expected_node_references(
+    graph: Graph, structure: _Structure, node_of_value: dict, dropped: Mapping[int, int]
+) -> list[int]:
     """Per node of ``graph.reached``, the references the graph and the caller account
-    for (besides the ``reached`` list and the offset): the edge of its first visit (or
-    the roots tuple), its revisits (from the edge signature: no second walk), the parameters
-    list, one per ``Value`` object of it (an edge through a Value holds the Value, not
-    the node), and what the caller drops."""
-    revisits = Counter(graph.edge_signature)
-    expected = list(map(add, map(revisits.get, range(len(graph.reached)), repeat(0)), repeat(1)))
-    for position in graph.parameter_positions:
-        expected[position] += 1
+    for (besides the ``reached`` list and the offset): the structure's, one per distinct
+    ``Value`` object of it (``node_of_value``: id of each distinct Value -> its node's
+    position; which Value objects are distinct is not fixed by the shape), and what the
+    caller drops."""
+    expected = structure.node_base.copy()
+    for position, count in Counter(node_of_value.values()).items():
+        expected[position] += count
     positions = graph.positions
-    value_edges = graph.value_edges
-    if value_edges:
-        # In C (map, zip, Counter): a decoder's graph has hundreds of value edges.
-        via_values = Counter(map(positions.__getitem__, map(id, map(_NODE, value_edges))))
-        distinct = dict(zip(map(id, value_edges), value_edges)).values()
-        holding = Counter(map(positions.__getitem__, map(id, map(_NODE, distinct))))
-        via_values.subtract(holding)
-        for position, net in via_values.items():
-            expected[position] -= net
     for key, count in dropped.items():
         position = positions.get(key)
         if position is not None:
@@ -108,15 +145,13 @@ def _held_outside(objs: list, expected: list[int]):
     return list(compress(objs, map(gt, outside, repeat(base))))
 
 
-def _value_objects(graph: Graph, dropped: Mapping[int, int]) -> tuple[list, list[int]]:
+def _value_objects(edge_ids: list[int], distinct: dict, dropped: Mapping[int, int]):
     """The distinct Value objects and what accounts for each: its edges and roots
     occurrences, held once more each by ``graph.value_edges``, and what is dropped."""
-    occurrences = Counter(map(id, graph.value_edges))
-    values = list(dict(zip(map(id, graph.value_edges), graph.value_edges)).values())
-    keys = list(map(id, values))
+    occurrences = Counter(edge_ids)
+    keys = list(distinct)
     twice = map(add, map(occurrences.__getitem__, keys), map(occurrences.__getitem__, keys))
-    expected = list(map(add, twice, map(dropped.get, keys, repeat(0))))
-    return values, expected
+    return list(distinct.values()), list(map(add, twice, map(dropped.get, keys, repeat(0))))
 
 
 def _reachable_from(live: list) -> set[int]:
@@ -130,46 +165,45 @@ def _reachable_from(live: list) -> set[int]:
     return reachable
 
 
-def _candidates(graph: Graph, dropped: Mapping[int, int]) -> bool:
+def _candidates(graph: Graph, structure: _Structure) -> bool:
     """Whether any device-data parameter is held by nothing but the graph's own edges
-    and lists: a necessary condition, from the walk's edge signature (no second walk),
-    so that the common sync with nothing to donate costs a few microseconds."""
-    revisits = Counter(graph.edge_signature)
+    and lists: a necessary condition, from counts alone, so that the common sync with
+    nothing to donate stops here. (What the caller drops never holds a parameter: it
+    drops pending values.)"""
     params = graph.parameters
-    positions = graph.parameter_positions
-    for k in range(len(params)):  # not enumerate: its cached tuple would hold ``p``
-        p = params[k]
-        if p.op != DEVICE_DATA:
-            continue
-        # The edge of its first visit (or, for a root, the roots tuple), the edges of
-        # its revisits, the reached and parameters lists, and this frame's ``p``.
-        expected = 1 + revisits[positions[k]] + 3 + dropped.get(id(p), 0)
-        if _getrefcount(p) - _OFFSET <= expected:
-            return True
-    return False
+    counts = map(sub, map(_getrefcount, params), repeat(_OFFSET))
+    unheld = map(le, counts, structure.param_base)
+    device_data = map(eq, map(_OP, params), repeat(DEVICE_DATA))
+    return any(map(and_, unheld, device_data))
 
 
 def private_parameters(graph: Graph, dropped: Mapping[int, int]) -> list[int]:
-    if _OFFSET is None or not _candidates(graph, dropped):
+    if _OFFSET is None or not graph.parameters:
         return []
-    live = _held_outside(graph.reached, _expected_node_references(graph, dropped))
+    structure = _structure(graph)
+    if not _candidates(graph, structure):
+        return []
+    edge_ids = list(map(id, graph.value_edges))
+    node_of_value = dict(zip(edge_ids, structure.edge_nodes))
+    expected = _expected_node_references(graph, structure, node_of_value, dropped)
+    live = _held_outside(graph.reached, expected)
     if live is None:
         return []  # the accounting does not hold here: donate nothing
-    if graph.value_edges:
-        values, expected = _value_objects(graph, dropped)
+    if edge_ids:
+        values, expected = _value_objects(edge_ids, dict(zip(edge_ids, graph.value_edges)), dropped)
         live_values = _held_outside(values, expected)
         del values
         if live_values is None:
             return []
         live += live_values
-    reachable = _reachable_from(live)
-    private = []
-    params = graph.parameters
-    for i in range(len(params)):
-        p = params[i]
-        if p.op != DEVICE_DATA or p.data is None or id(p) in reachable:
-            continue
-        # The payload: held by this leaf only (not by a second leaf, a cache, a user).
-        if list(map(_getrefcount, [p.data]))[0] - _OFFSET - 1 == 1:
-            private.append(i)
-    return private
+    return _unreached_with_own_payload(graph.parameters, _reachable_from(live))
+
+
+def _unreached_with_own_payload(params: list, reachable: set[int]) -> list[int]:
+    """Indices of the device-data parameters not in ``reachable`` whose payload only
+    they hold (not a second leaf, a cache, a user)."""
+    alone = map(eq, map(sub, map(_getrefcount, map(_DATA, params)), repeat(_OFFSET)), repeat(1))
+    device_data = map(eq, map(_OP, params), repeat(DEVICE_DATA))
+    unreached = map(not_, map(reachable.__contains__, map(id, params)))
+    keep = map(and_, map(and_, alone, device_data), unreached)
+    return list(compress(range(len(params)), keep))
