@@ -151,3 +151,18 @@ def test_an_injected_out_of_memory_names_the_graph():
     ):
         lx.sync()
     torch.testing.assert_close(x.cpu(), torch.full((4,), 3.0))
+
+
+def test_wait_device_ops_waits_for_every_step_not_only_the_last_sync():
+    x = torch.randn(256, 256).to(DEV)
+    outs = []
+    for _ in range(4):
+        y = x
+        for _ in range(8):
+            y = torch.tanh(y @ x)
+        outs.append(y)
+        lx.sync()  # dispatched, not waited for
+    lx.wait_device_ops()
+    buffers = [t._lz_storage.value.data for t in outs]
+    assert all(b.is_ready() for b in buffers)
+    torch.testing.assert_close(outs[0].cpu(), outs[-1].cpu())

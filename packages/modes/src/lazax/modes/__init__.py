@@ -58,6 +58,7 @@ __all__ = [
     "shard_shapes",
     "sync",
     "sync_tensors",
+    "wait_device_ops",
 ]
 
 
@@ -81,10 +82,19 @@ def sync(wait: bool = False) -> None:
     """Cut the trace: run every live tensor's pending work as one graph.
 
     The graph is compiled on first sight of its hash and taken from the cache after.
-    Execution is asynchronous unless ``wait=True``; reading a value (``.item()``,
-    ``.cpu()``, ``print``) waits for it.
+    Execution is asynchronous; ``wait=True`` waits for this graph's results only (an
+    earlier ``sync()`` may still be running: ``wait_device_ops()`` waits for all).
+    Reading a value (``.item()``, ``.cpu()``, ``print``) waits for it.
     """
     _executor.sync(wait=wait)
+
+
+def wait_device_ops() -> None:
+    """Block until every execution dispatched so far whose results a tensor holds has
+    finished (as ``torch.cuda.synchronize()``; torch_xla's ``xm.wait_device_ops()``).
+    Time a loop of ``sync()`` steps with it; pending work that was never synced is not
+    run (call ``sync()`` first)."""
+    _executor.EXECUTOR.runtime.wait_all()
 
 
 def set_persistent_cache_dir(path, read_only: bool = False) -> bool:

@@ -115,6 +115,13 @@ class MemoryTracker:
             for buffer in buffers:
                 self._forget(id(buffer))
 
+    def live_buffers(self) -> list:
+        """Every tracked buffer still alive (strong references: the caller's to drop)."""
+        with self._lock:
+            self._drain()
+            refs = [entry[0] for entry in self._live.values()]
+        return [b for b in (ref() for ref in refs) if b is not None]
+
     def peak(self, device) -> int:
         with self._lock:
             self._drain()

@@ -32,6 +32,8 @@ Contract (the narrow interface; a second implementation must stay possible):
   mappings of their own (one or more per kernel), and a process past the limit dies in
   LLVM ("Unable to allocate section memory"), so the executor watches this.
 - ``wait(buffers)``: block until they are ready (re-raising their error, if any).
+  ``wait_all()``: block until every buffer this runtime handed out that is still alive
+  is ready, that is until every execution whose results anyone can read has finished.
 - ``fail_next(stage, error)``: a test hook that makes the next ``compile``, ``execute``,
   ``to_device`` or ``to_host`` raise ``error`` before doing anything.
 jax runs with ``jax_enable_x64`` so int64 and float64 stay what torch made them.
@@ -394,3 +396,8 @@ class PjrtRuntime:
 
     def wait(self, buffers: Sequence[jax.Array]) -> None:
         jax.block_until_ready(list(buffers))
+
+    def wait_all(self) -> None:
+        live = [b for b in self.memory.live_buffers() if not b.is_deleted()]
+        if live:
+            jax.block_until_ready(live)
