@@ -46,8 +46,6 @@ class DonationPolicy:
             return ()
         params = graph.parameters
         wanted = _output_specs(graph)
-        if not any(p.op == ir.DEVICE_DATA and p.specs[0] in wanted for p in params):
-            return ()
         dropped = _dropped_references(roots, targets, bump)
         donate = []
         for i in ir.private_parameters(graph, dropped):

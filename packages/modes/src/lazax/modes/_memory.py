@@ -56,12 +56,16 @@ def _raw(device) -> dict:
     return runtime.memory_stats(target)
 
 
+def _peak(raw: dict) -> int:
+    return int(raw.get("peak_bytes_in_use", raw["bytes_in_use"]))
+
+
 def memory_stats(device=None) -> dict:
     """The device's memory statistics (see the module docstring)."""
     raw = _raw(device)
     stats = {
         "allocated_bytes.all.current": raw["bytes_in_use"],
-        "allocated_bytes.all.peak": raw.get("peak_bytes_in_use", raw["bytes_in_use"]),
+        "allocated_bytes.all.peak": _peak(raw),
         "num_alloc": raw.get("num_allocs", 0),
         "largest_alloc_size": raw.get("largest_alloc_size", 0),
     }
@@ -79,7 +83,7 @@ def memory_allocated(device=None) -> int:
 def max_memory_allocated(device=None) -> int:
     """Peak bytes in use since the start or the last ``reset_peak_memory_stats``."""
     raw = _raw(device)
-    return int(raw.get("peak_bytes_in_use", raw["bytes_in_use"]))
+    return _peak(raw)
 
 
 def reset_peak_memory_stats(device=None) -> None:
@@ -93,7 +97,7 @@ def memory_info(device=None) -> dict:
     raw = _raw(device)
     info = {
         "bytes_used": int(raw["bytes_in_use"]),
-        "peak_bytes_used": int(raw.get("peak_bytes_in_use", raw["bytes_in_use"])),
+        "peak_bytes_used": _peak(raw),
     }
     if "bytes_limit" in raw:
         info["bytes_limit"] = int(raw["bytes_limit"])

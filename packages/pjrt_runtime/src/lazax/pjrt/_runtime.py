@@ -77,6 +77,8 @@ def numpy_dtype(name: str):
     return dt
 
 
+# jax's warning when XLA declines a donated buffer (costs memory, never results).
+_UNUSABLE_DONATION = "Some donated buffers were not usable"
 # A donating program that allocates more than this is checked against free memory first.
 _CHECK_FREE_ABOVE = 64 << 20
 
@@ -108,13 +110,9 @@ class DeviceOutOfMemory(RuntimeError):
         super().__init__(message)
         self.executable = executable
         self.args_nbytes = [getattr(a, "nbytes", 0) for a in args]
-        try:
-            analysis = executable.compiled.memory_analysis() if executable else None
-        except Exception:
-            analysis = None
-        self.output_bytes = int(getattr(analysis, "output_size_in_bytes", 0) or 0)
-        self.temp_bytes = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
-        self.alias_bytes = int(getattr(analysis, "alias_size_in_bytes", 0) or 0)
+        self.output_bytes = executable.output_bytes if executable else 0
+        self.alias_bytes = executable.alias_bytes if executable else 0
+        self.temp_bytes = executable.temp_bytes if executable else 0
 
 
 class Executable:
@@ -128,8 +126,9 @@ class Executable:
         "persistent",
         "load_failures",
         "donate",
+        "output_bytes",
+        "alias_bytes",
         "temp_bytes",
-        "need_bytes",
     )
 
     def __init__(
@@ -139,20 +138,24 @@ class Executable:
         self.device = device
         self.num_outputs = num_outputs
         self.donate = donate
-        # Scratch memory the program needs while it runs, and what it allocates in all
-        # (new outputs and scratch), from XLA's memory analysis.
+        # From XLA's memory analysis: its outputs, the part of them written over donated
+        # inputs, and the scratch it needs while it runs.
         try:
             analysis = compiled.memory_analysis()
+            self.output_bytes = int(analysis.output_size_in_bytes)
+            self.alias_bytes = int(analysis.alias_size_in_bytes)
             self.temp_bytes = int(analysis.temp_size_in_bytes)
-            self.need_bytes = self.temp_bytes + int(
-                analysis.output_size_in_bytes - analysis.alias_size_in_bytes
-            )
         except Exception:  # not every backend reports it
-            self.temp_bytes = self.need_bytes = 0
+            self.output_bytes = self.alias_bytes = self.temp_bytes = 0
         # With a persistent cache: "hit" (loaded, not compiled) or "miss"; else None.
         self.persistent: str | None = None
         # Persistent-cache entries that could not be read (and were compiled instead).
         self.load_failures: list[str] = []
+
+    @property
+    def need_bytes(self) -> int:
+        """What a run allocates: new outputs and scratch."""
+        return self.output_bytes - self.alias_bytes + self.temp_bytes
 
     def as_text(self) -> str:
         """The optimized HLO, for debugging."""
@@ -305,7 +308,7 @@ class PjrtRuntime:
         with warnings.catch_warnings():
             # The caller donates only arguments that an output can take over; where XLA
             # still declines one (a layout it prefers), that costs memory, not results.
-            warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            warnings.filterwarnings("ignore", message=_UNUSABLE_DONATION)
             lowered = jax.jit(fn, donate_argnums=tuple(donate)).lower(*avals)
         num_outputs = len(lowered.out_info)
         self._compiled = True
@@ -320,7 +323,7 @@ class PjrtRuntime:
         for w in caught:
             if "persistent compilation cache" in str(w.message):
                 failures.append(str(w.message))
-            elif "Some donated buffers were not usable" not in str(w.message):
+            elif _UNUSABLE_DONATION not in str(w.message):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         executable = Executable(compiled, target, num_outputs, tuple(donate))
         executable.persistent = "hit" if _PERSISTENT_EVENTS["hits"] > hits else "miss"
