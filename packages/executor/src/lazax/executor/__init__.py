@@ -19,6 +19,8 @@ from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
 from ._lowering import lower as lower_graph  # noqa: E402
+from ._module_moves import install as _install_module_moves  # noqa: E402
+from ._storages import install as _install_storages  # noqa: E402
 from ._sharding import (  # noqa: E402
     Mesh,
     Sharding,
@@ -36,6 +38,8 @@ from ._version import __version__  # noqa: E402
 from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops  # noqa: E402
 
 register_kernels()
+_install_module_moves()
+_install_storages()
 
 
 def _let_optimizers_use_foreach() -> None:

@@ -388,15 +388,21 @@ def to_cpu(t: LazyTensor) -> torch.Tensor:
     if view is not None:
         storage = t._lz_storage
         base = storage.spec
+        base_dtype = torch_dtype(base.dtype)
         base_numel = math.prod(base.shape)
-        if (
-            not storage.pending
-            and base.dtype == t._lz_value.spec.dtype
-            and (base_numel <= HOST_SLICE_MAX_ELEMENTS or base_numel <= 4 * t.numel())
-        ):
-            whole = _host_tensor(storage.value.node.data, t.dtype, base.shape)
-            size, stride, offset = view
-            return whole.reshape(-1).as_strided(size, stride, offset).clone()
+        base_bytes = base_numel * base_dtype.itemsize
+        if base_numel <= HOST_SLICE_MAX_ELEMENTS or base_bytes <= 4 * t.numel() * t.itemsize:
+            if storage.pending and base_dtype != t.dtype:
+                # A view that reinterprets the bytes (torch.save reads every storage as
+                # bytes): run the base, then reinterpret on the host, not in a program
+                # compiled per shape.
+                EXECUTOR.sync_storages([storage])
+            if not storage.pending:
+                whole = _host_tensor(storage.value.node.data, base_dtype, base.shape).reshape(-1)
+                if base_dtype != t.dtype:
+                    whole = whole.view(t.dtype)
+                size, stride, offset = view
+                return whole.as_strided(size, stride, offset).clone()
     EXECUTOR.sync_tensors_graph([t], wait=False)
     return _host_tensor(ir_value(t).node.data, t.dtype, t.shape)
 

@@ -22,6 +22,7 @@ from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._dispatch import run_plan
 from ._dtypes import dtype_name
 from ._plans import FUNCTIONAL, OpPlan
+from ._storages import SET_STORAGE_HANDLERS
 from ._tensor import Layout, LazyTensor, ir_value, new_tensor, resize_to, write
 
 __all__ = ["SPECIAL", "aten_overload", "copy_into", "register_kernels", "resize_out"]
@@ -147,6 +148,7 @@ SPECIAL = {
     aten.copy_.default: _copy_,
     aten._to_copy.default: _to_copy,
     aten._local_scalar_dense.default: _local_scalar_dense,
+    **SET_STORAGE_HANDLERS,
 }
 
 # -- factory kernels for the PrivateUse1 key ----------------------------------------

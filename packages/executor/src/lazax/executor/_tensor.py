@@ -48,6 +48,7 @@ __all__ = [
     "new_tensor",
     "rebind",
     "resize_to",
+    "set_metadata",
     "write",
 ]
 
@@ -238,11 +239,34 @@ class LazyTensor(torch.Tensor):
 
         return to_cpu(self).tolist()
 
-    def __reduce_ex__(self, proto):
-        # Pickling (torch.save) a device tensor: save its CPU value, as torch_xla does.
-        from ._barrier import to_cpu
+    @property
+    def data(self):
+        return _TENSOR_DATA.__get__(self)
 
-        return (torch.Tensor.to, (to_cpu(self), self.device))
+    @data.setter
+    def data(self, new) -> None:
+        # torch moves the tensor metadata (shape, dtype, strides) and checks the types;
+        # what the tensor reads is lazax's own and moves with it (``module.half()`` and
+        # ``module.to(dtype)`` on lazax go through here).
+        _TENSOR_DATA.__set__(self, new)
+        if type(new) is LazyTensor:
+            self._lz_storage = new._lz_storage
+            self._lz_view = new._lz_view
+            self._lz_value = new._lz_value
+            self._lz_seen = new._lz_seen
+            self._lz_key = new._lz_key
+            if new._lz_view is not None:
+                new._lz_storage.add_view(self)
+
+    def numpy(self, *, force: bool = False):
+        if force:
+            from ._barrier import to_cpu
+
+            return to_cpu(self.detach()).resolve_conj().resolve_neg().numpy()
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. "
+            f"Use Tensor.cpu() to copy the tensor to host memory first."
+        )
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         # AOTAutograd asks tensor subclasses to match the plain tensor it traced the
@@ -252,13 +276,11 @@ class LazyTensor(torch.Tensor):
         return None
 
     def __array__(self, dtype=None):
-        raise TypeError(
-            f"can't convert {self.device} device type tensor to numpy. "
-            f"Use Tensor.cpu() to copy the tensor to host memory first."
-        )
+        return self.numpy()
 
 
 _DEVICES = [torch.device(DEVICE_NAME, i) for i in range(64)]
+_TENSOR_DATA = torch._C.TensorBase.data
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 
 
@@ -342,6 +364,17 @@ def write(t: LazyTensor, value: ir.Value) -> None:
 _SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset
 
 
+def set_metadata(t: LazyTensor, size: tuple, stride: tuple, offset: int) -> None:
+    """Give ``t`` torch's metadata ``size``/``stride``/``offset`` (what ``t.shape`` and
+    ``t.stride()`` report), by the Meta kernel of ``set_`` on a data-less storage of
+    the size they need (a lazax tensor has no data pointer)."""
+    extent = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+    carrier = _make_wrapper(LazyTensor, (0 if 0 in size else extent,), dtype=t.dtype, device=t.device)
+    _SET_STORAGE._op_dk(
+        torch._C.DispatchKey.Meta, t, carrier.untyped_storage(), offset, size, stride
+    )
+
+
 def resize_to(t: LazyTensor, shape: tuple[int, ...], value: ir.Value) -> None:
     """Resize ``t`` in place (an ``out=`` tensor of the wrong shape, as torch resizes
     it): contiguous ``shape``, and a fresh storage holding ``value`` (of that shape and
@@ -353,10 +386,7 @@ def resize_to(t: LazyTensor, shape: tuple[int, ...], value: ir.Value) -> None:
             f"lazax cannot resize a view (shape {list(t.shape)}) to {list(shape)}; pass a "
             f"tensor that is not a view, or one of the right shape."
         )
-    carrier = _make_wrapper(LazyTensor, shape, dtype=t.dtype, device=t.device)
-    _SET_STORAGE._op_dk(
-        torch._C.DispatchKey.Meta, t, carrier.untyped_storage(), 0, shape, contiguous_strides(shape)
-    )
+    set_metadata(t, tuple(shape), contiguous_strides(tuple(shape)), 0)
     t._lz_storage = Storage(value, t._lz_storage.device_index)
     t._lz_view = None
     t._lz_value = None

@@ -43,6 +43,11 @@ def _as_units(flat, dtype):
     ``x.view(torch.int32)`` of a float32 one)."""
     if flat.dtype == dtype:
         return flat
+    # XLA bitcasts no bool: a bool is its byte (0 or 1), as in torch's storage.
+    if flat.dtype == jnp.bool_:
+        return _as_units(flat.astype(jnp.uint8), dtype)
+    if dtype == jnp.bool_:
+        return _as_units(flat, jnp.uint8) != 0
     if jnp.issubdtype(flat.dtype, jnp.complexfloating) and not jnp.issubdtype(
         dtype, jnp.complexfloating
     ):
@@ -54,6 +59,10 @@ def _from_units(units, dtype, shape):
     """The inverse of ``_as_units``: the storage (of ``dtype`` and ``shape``) again."""
     if units.dtype == dtype:
         return units.reshape(shape)
+    if units.dtype == jnp.bool_:
+        units = units.astype(jnp.uint8)
+    if dtype == jnp.bool_:
+        return _from_units(units, jnp.uint8, shape) != 0
     if jnp.issubdtype(dtype, jnp.complexfloating):
         part = jnp.finfo(dtype).dtype
         pairs = _as_units(units, part).reshape(-1, 2)
