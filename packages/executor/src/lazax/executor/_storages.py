@@ -38,7 +38,6 @@ from ._tensor import Layout, LazyTensor, Storage, contiguous_strides, set_metada
 __all__ = ["SET_STORAGE_HANDLERS", "install"]
 
 
-
 class _Carrier:
     """What one carrier stands for: a lazax ``Storage`` (held weakly when the carrier
     was made to save it, strongly once a load uploaded into it), or, before a loaded
@@ -175,8 +174,8 @@ def _set_storage(t, source, offset=0, size=None, stride=None):
     if entry is None:
         if isinstance(source, torch.UntypedStorage) and source.device.type != DEVICE_NAME:
             raise RuntimeError(  # torch's message
-                f"Attempted to set the storage of a tensor on device \"{t.device}\" to a "
-                f"storage on different device \"{source.device}\".  This is no longer "
+                f'Attempted to set the storage of a tensor on device "{t.device}" to a '
+                f'storage on different device "{source.device}".  This is no longer '
                 f"allowed; the devices must match."
             )
         raise RuntimeError(

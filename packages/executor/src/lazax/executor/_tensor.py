@@ -369,7 +369,9 @@ def set_metadata(t: LazyTensor, size: tuple, stride: tuple, offset: int) -> None
     ``t.stride()`` report), by the Meta kernel of ``set_`` on a data-less storage of
     the size they need (a lazax tensor has no data pointer)."""
     extent = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
-    carrier = _make_wrapper(LazyTensor, (0 if 0 in size else extent,), dtype=t.dtype, device=t.device)
+    carrier = _make_wrapper(
+        LazyTensor, (0 if 0 in size else extent,), dtype=t.dtype, device=t.device
+    )
     _SET_STORAGE._op_dk(
         torch._C.DispatchKey.Meta, t, carrier.untyped_storage(), offset, size, stride
     )
