@@ -20,7 +20,6 @@ from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
 from ._lowering import lower as lower_graph  # noqa: E402
 from ._module_moves import install as _install_module_moves  # noqa: E402
-from ._storages import install as _install_storages  # noqa: E402
 from ._sharding import (  # noqa: E402
     Mesh,
     Sharding,
@@ -33,6 +32,7 @@ from ._sharding import place_arguments as place_sharded_arguments  # noqa: E402
 from ._sharding import placement as sharded_placement  # noqa: E402
 from ._sharding import signature as sharding_signature  # noqa: E402
 from ._special import register_kernels  # noqa: E402
+from ._storages import install as _install_storages  # noqa: E402
 from ._tensor import Layout, LazyTensor, Storage, ir_value, new_alias, new_tensor, rebind  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops  # noqa: E402
