@@ -164,15 +164,34 @@ def test_a_storage_on_another_device_is_refused_by_set_():
         t.set_(torch.UntypedStorage(8), 0, (2,), (1,))
 
 
+_ONE_DEVICE = """
+import torch, lazax.modes as lx
+loaded = torch.load({path!r})
+assert lx.device_count() == 1 and lx.get_sharding(loaded["t"]) is None
+assert torch.equal(loaded["t"].cpu(), loaded["full"])
+"""
+
+
 @pytest.mark.skipif(lx.device_count() < 8, reason="needs 8 virtual devices")
-def test_a_sharded_tensor_saves_its_full_value():
-    mesh = lx.Mesh(range(8), (8,), ("data",))
-    full = torch.randn(16, 4)
+def test_a_sharded_tensor_saves_its_full_value_and_loads_sharded(tmp_path):
+    mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))
+    full = torch.randn(16, 8)
     t = full.to(DEV)
-    lx.mark_sharding(t, mesh, ("data", None))
-    loaded = round_trip({"t": t})
+    lx.mark_sharding(t, mesh, ("data", "model"))
+    loaded = round_trip({"t": t, "row": t[3]})
     same(loaded["t"], full)
-    same(round_trip({"t": t}, map_location="cpu")["t"], full)
+    same(loaded["row"], full[3])
+    assert lx.get_sharding(loaded["t"]) == lx.Sharding(mesh, ("data", "model"))
+    for map_location in ("cpu", {"lazax:0": "cpu"}):
+        on_cpu = round_trip({"t": t}, map_location=map_location)["t"]
+        assert on_cpu.device.type == "cpu"
+        same(on_cpu, full)
+    # a process without the mesh's devices loads it whole, on one device
+    path = str(tmp_path / "sharded.pt")
+    torch.save({"t": t, "full": full}, path)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    script = _ONE_DEVICE.format(path=path)
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=300)
 
 
 _RESUME = """

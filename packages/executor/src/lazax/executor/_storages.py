@@ -24,12 +24,16 @@ Contract:
 from __future__ import annotations
 
 import collections
+import json
 import math
 import threading
 import weakref
 
 import torch
 
+from lazax import ir
+
+from . import _sharding
 from ._barrier import EXECUTOR, from_cpu
 from ._device import DEVICE_NAME
 from ._dtypes import dtype_name, torch_dtype
@@ -43,13 +47,14 @@ class _Carrier:
     was made to save it, strongly once a load uploaded into it), or, before a loaded
     carrier's first ``set_``, the host bytes ``torch.load`` read."""
 
-    __slots__ = ("storage", "saved", "host", "device_index", "lock", "__weakref__")
+    __slots__ = ("storage", "saved", "host", "device_index", "sharding", "lock", "__weakref__")
 
     def __init__(self, device_index: int) -> None:
         self.storage: Storage | None = None
         self.saved = None  # weakref.ref to the Storage a save carrier stands for
         self.host: torch.UntypedStorage | None = None
         self.device_index = device_index
+        self.sharding: dict | None = None  # how the saved value was sharded
         self.lock = threading.Lock()
 
     def target(self) -> Storage | None:
@@ -201,6 +206,9 @@ def _set_storage(t, source, offset=0, size=None, stride=None):
         if storage is None:
             storage = _upload(entry, t.dtype, size, stride, offset)
     _point_at(t, storage, size, stride, offset)
+    if entry.sharding is not None and t._lz_view is None:
+        saved, entry.sharding = entry.sharding, None
+        _reshard(t, saved)
     return t
 
 
@@ -217,6 +225,36 @@ SET_STORAGE_HANDLERS = {
 # -- torch.load ---------------------------------------------------------------------
 
 
+# A sharded storage's location: "lazax:0" + _SHARDED + JSON of its mesh and spec.
+_SHARDED = "#sharding="
+
+
+def _sharding_of(storage: Storage) -> dict | None:
+    node = storage.value.node
+    if node.op != ir.DEVICE_DATA:
+        return None
+    sharding = _sharding._as_sharding(getattr(node.data, "sharding", None), len(storage.spec.shape))
+    if sharding is None:
+        return None
+    mesh = sharding.mesh
+    return {
+        "devices": list(mesh.device_ids),
+        "shape": list(mesh.mesh_shape),
+        "axes": list(mesh.axis_names),
+        "spec": [list(e) if isinstance(e, tuple) else e for e in sharding.partition_spec],
+    }
+
+
+def _reshard(t: LazyTensor, saved: dict) -> None:
+    """Shard a loaded tensor as it was saved, where this process has the mesh's devices;
+    otherwise it stays on one device (replicated)."""
+    if max(saved["devices"]) >= torch.lazax.device_count():
+        return
+    mesh = _sharding.Mesh(saved["devices"], saved["shape"], saved["axes"])
+    spec = tuple(tuple(e) if isinstance(e, list) else e for e in saved["spec"])
+    _sharding.mark_sharding(t, mesh, spec)
+
+
 def _validate_index(location: str) -> int:
     device = torch.device(location)
     index = device.index or 0
@@ -230,8 +268,15 @@ def _validate_index(location: str) -> int:
     return index
 
 
-def _tag(storage) -> None:
-    return None  # torch's tag for the PrivateUse1 device already says "lazax:N"
+def _tag(storage) -> str | None:
+    # torch's own tag for the PrivateUse1 device says "lazax:N"; a sharded storage adds
+    # its sharding, so that a load can restore it.
+    entry = _carrier_entry(storage)
+    target = entry.target() if entry is not None else None
+    saved = _sharding_of(target) if target is not None else None
+    if saved is None:
+        return None
+    return f"{DEVICE_NAME}:{entry.device_index}{_SHARDED}{json.dumps(saved)}"
 
 
 def _restore(storage, location: str):
@@ -239,7 +284,13 @@ def _restore(storage, location: str):
         return None
     if storage.device.type == DEVICE_NAME:
         return storage
+    location, _, sharding = location.partition(_SHARDED)
+    map_location = torch.serialization._serialization_tls.map_location
+    if sharding and isinstance(map_location, dict) and location in map_location:
+        # torch looked the full location up in the dict; the user named the device
+        return torch.serialization.default_restore_location(storage, map_location[location])
     entry = _Carrier(_validate_index(location))
+    entry.sharding = json.loads(sharding) if sharding else None
     entry.host = storage if storage.device.type == "cpu" else storage.cpu()
     return _new_carrier(entry, storage.nbytes())
 
