@@ -234,7 +234,9 @@ def placement(graph: ir.Graph):
             continue
         split.append(s)
         mesh = s.mesh
-    for node in graph.nodes:
+    # ``reached``, not ``nodes``: the post-order ``nodes`` is computed on first use and
+    # kept on the graph, one more holder of every node, which would stop donation.
+    for node in graph.reached:
         if node.op == SHARD_OP:
             mesh = mesh or _CONSTRAINTS[node.attrs[0][1]].mesh
     if mesh is None:
