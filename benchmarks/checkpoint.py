@@ -6,7 +6,8 @@
 above the process's footprint just before (the model already on its device), in MB and
 as a multiple of the state, with the seconds each took. A save that streams holds one
 tensor at a time on the host (~16.8 MB here); one that copies the whole state first adds
-the state (1.0x).
+the state (1.0x). Resident memory is sampled every 0.5 ms during each call (the
+process's lifetime peak would hide it: building the model peaks higher).
 """
 
 from __future__ import annotations
@@ -14,17 +15,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 WIDTH, LAYERS = 2048, 12
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_added_mb(call) -> tuple[float, float]:
+    """(peak resident MB ``call()`` added above the footprint before it, seconds): the
+    process's lifetime peak would hide it (building the model peaked higher)."""
+    base = peak = _rss_mb()
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_mb())
+            time.sleep(0.0005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    start = time.perf_counter()
+    call()
+    seconds = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    return max(peak, _rss_mb()) - base, seconds
 
 
 def worker(device_name: str, path: str) -> dict:
@@ -42,18 +66,14 @@ def worker(device_name: str, path: str) -> dict:
     state_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     if device_name == "lazax":
         lx.wait_device_ops()
-    base = _peak_mb()
-    start = time.perf_counter()
-    torch.save(model.state_dict(), path)
-    save_s = time.perf_counter() - start
-    save_mb = _peak_mb() - base
-    base = _peak_mb()
-    start = time.perf_counter()
-    model.load_state_dict(torch.load(path))
-    if device_name == "lazax":
-        lx.wait_device_ops()
-    load_s = time.perf_counter() - start
-    load_mb = _peak_mb() - base
+    save_mb, save_s = _peak_added_mb(lambda: torch.save(model.state_dict(), path))
+
+    def load():
+        model.load_state_dict(torch.load(path))
+        if device_name == "lazax":
+            lx.wait_device_ops()
+
+    load_mb, load_s = _peak_added_mb(load)
     return {
         "device": device_name,
         "state_mb": state_mb,

@@ -167,3 +167,18 @@ def test_bad_partition_specs_fail_at_mark_sharding(mesh_2x4):
     with pytest.raises(TypeError, match="takes a lazax tensor"):
         lx.mark_sharding(torch.zeros(4), mesh_2x4, ("data",))
     assert lx.get_sharding(t) is None  # nothing was changed by the failed calls
+
+
+def test_donation_keeps_working_once_anything_is_sharded(mesh_8):
+    # placement() once walked graph.nodes, which the graph keeps: one more holder of
+    # every node, and no buffer was donated for the rest of the process
+    sharded = torch.randn(16, 4).to(DEV)
+    lx.mark_sharding(sharded, mesh_8, ("data", None))
+    plain = torch.randn(64, 64).to(DEV)
+    lx.sync()
+    before = counter("DonatedBuffers")
+    plain.mul_(3)
+    sharded.mul_(3)
+    lx.sync()
+    assert counter("DonatedBuffers") - before == 2
+    assert lx.get_sharding(sharded) == lx.Sharding(mesh_8, ("data", None))
