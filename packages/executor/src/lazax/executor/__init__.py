@@ -15,6 +15,8 @@ from ._device import RNG, device, register
 register()
 
 from . import metrics  # noqa: E402
+from ._autocast import install as _install_autocast  # noqa: E402
+from ._autocast import missing_policies as autocast_missing_policies  # noqa: E402
 from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
@@ -40,6 +42,7 @@ from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops 
 register_kernels()
 _install_module_moves()
 _install_storages()
+_install_autocast()
 
 
 def _let_optimizers_use_foreach() -> None:
@@ -81,6 +84,7 @@ __all__ = [
     "Storage",
     "__version__",
     "apply_eager_sync",
+    "autocast_missing_policies",
     "clear_sharding",
     "device",
     "from_cpu",

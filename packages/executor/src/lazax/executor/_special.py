@@ -18,6 +18,7 @@ import torch
 
 from lazax import ir
 
+from ._amp_ops import AMP_HANDLERS
 from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._dispatch import run_plan
 from ._dtypes import dtype_name
@@ -149,6 +150,7 @@ SPECIAL = {
     aten._to_copy.default: _to_copy,
     aten._local_scalar_dense.default: _local_scalar_dense,
     **SET_STORAGE_HANDLERS,
+    **AMP_HANDLERS,
 }
 
 # -- factory kernels for the PrivateUse1 key ----------------------------------------
