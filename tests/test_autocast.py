@@ -276,3 +276,71 @@ def test_under_torch_compile_the_captured_graph_holds_the_casts():
     torch.testing.assert_close(out.cpu(), expected.cpu())
     assert not torch.equal(out.cpu(), plain.cpu())  # the bf16 matmul rounds
     torch.testing.assert_close(plain.cpu(), F.softmax(model(x), -1).cpu())
+
+
+def _host_reads():
+    data = lx.metrics.metric_data("TransferFromDeviceTime")
+    return data[0] if data else 0
+
+
+def test_grad_scaler_with_a_fused_optimizer_reads_nothing_on_the_host():
+    # A fused optimizer takes GradScaler's found_inf and skips on the device; lazax
+    # runs the check, the skip and the scale update in the step's graph.
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model = copy.deepcopy(ref).to(DEV)
+    results = []
+    for net, kind in ((ref, "cpu"), (model, "lazax")):
+        device = "cpu" if kind == "cpu" else DEV
+        opt = torch.optim.AdamW(net.parameters(), lr=0.01, fused=True)
+        scaler = torch.amp.GradScaler(kind, init_scale=2.0**10, growth_interval=2)
+        g = _gen()
+        reads = []
+        for i in range(6):
+            x, y = _r(g, 4, 8).to(device), torch.randint(0, 4, (4,), generator=g).to(device)
+            opt.zero_grad()
+            with torch.autocast(kind, dtype=torch.float16):
+                loss = F.cross_entropy(net(x), y)
+            scaler.scale(loss).backward()
+            if i == 3:
+                with torch.no_grad():
+                    net[0].weight.grad[0, 0] = float("inf")
+            before = _host_reads()
+            scaler.step(opt)
+            scaler.update()
+            if kind == "lazax":
+                lx.sync()
+            reads.append(_host_reads() - before)
+        results.append((scaler.get_scale(), reads))
+    assert results[1] == results[0] == (2.0**11, [0] * 6)
+    for p_ref, p in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(p.cpu(), p_ref.detach(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps, **kw: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, **kw),
+        lambda ps, **kw: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1, amsgrad=True, **kw),
+        lambda ps, **kw: torch.optim.Adam(ps, lr=torch.tensor(0.01), maximize=True, **kw),
+    ],
+    ids=["adamw", "adam-amsgrad", "adam-tensor-lr-maximize"],
+)
+def test_fused_adam_runs_on_the_device_and_matches_the_cpu(make):
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model = copy.deepcopy(ref).to(DEV)
+    ref_opt = make(ref.parameters())
+    opt = make(model.parameters(), fused=True)
+    g = _gen()
+    for _ in range(4):
+        x, y = _r(g, 4, 8), torch.randint(0, 4, (4,), generator=g)
+        for net, o, device in ((ref, ref_opt, "cpu"), (model, opt, DEV)):
+            o.zero_grad()
+            F.cross_entropy(net(x.to(device)), y.to(device)).backward()
+            o.step()
+        lx.sync()
+    assert not lx.metrics.counter_value("aten::_fused_adamw_")  # no CPU fallback
+    assert not lx.metrics.counter_value("aten::_fused_adam_")
+    for p_ref, p in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(p.cpu(), p_ref.detach(), rtol=1e-5, atol=1e-6)

@@ -20,12 +20,12 @@ import torch
 
 from ._barrier import EXECUTOR
 
-__all__ = ["AMP_HANDLERS"]
+__all__ = ["AMP_HANDLERS", "composed"]
 
 aten = torch.ops.aten
 
 
-def _composed(write):
+def composed(write):
     """Run ``write(*args) -> written tensors`` lazily, as one graph in eager mode."""
 
     def handler(args, kwargs):
@@ -67,6 +67,6 @@ def _update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_facto
 
 
 AMP_HANDLERS = {
-    aten._amp_foreach_non_finite_check_and_unscale_.default: _composed(_unscale),
-    aten._amp_update_scale_.default: _composed(_update_scale),
+    aten._amp_foreach_non_finite_check_and_unscale_.default: composed(_unscale),
+    aten._amp_update_scale_.default: composed(_update_scale),
 }

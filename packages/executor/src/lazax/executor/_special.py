@@ -22,6 +22,7 @@ from ._amp_ops import AMP_HANDLERS
 from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._dispatch import run_plan
 from ._dtypes import dtype_name
+from ._fused_optim import FUSED_OPTIMIZER_HANDLERS
 from ._plans import FUNCTIONAL, OpPlan
 from ._storages import SET_STORAGE_HANDLERS
 from ._tensor import Layout, LazyTensor, ir_value, new_tensor, resize_to, write
@@ -151,6 +152,7 @@ SPECIAL = {
     aten._local_scalar_dense.default: _local_scalar_dense,
     **SET_STORAGE_HANDLERS,
     **AMP_HANDLERS,
+    **FUSED_OPTIMIZER_HANDLERS,
 }
 
 # -- factory kernels for the PrivateUse1 key ----------------------------------------

@@ -1,0 +1,96 @@
+"""torch's fused Adam/AdamW (``torch.optim.Adam(..., fused=True)``) on the device.
+
+Contract (``FUSED_OPTIMIZER_HANDLERS``, merged into the tensor layer's special ops):
+``_fused_adam_`` and ``_fused_adamw_`` (float and tensor ``lr``) update params,
+exp_avgs, exp_avg_sqs (and max_exp_avg_sqs with amsgrad) in place with torch's formula
+(``state_steps`` already counted up by torch.optim), composed of lazax ``_foreach``
+ops. With ``grad_scale`` the gradients are divided by it first and stored back
+unscaled; with ``found_inf`` (``torch.amp.GradScaler``) a step that found an inf or a
+nan leaves every tensor as it was, decided on the device (torch's kernels return early
+after reading the flag on the host). So a GradScaler step with a fused optimizer reads
+nothing on the host and stays one graph. In eager mode each call is one sync.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._amp_ops import composed
+
+__all__ = ["FUSED_OPTIMIZER_HANDLERS"]
+
+aten = torch.ops.aten
+
+
+def _times(tensors, lr):
+    if isinstance(lr, torch.Tensor):
+        return aten._foreach_mul.Tensor(tensors, lr)
+    return aten._foreach_mul.Scalar(tensors, lr)
+
+
+def _adam(
+    params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
+    beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None,
+    decoupled,
+):  # fmt: skip
+    if not params:
+        return [], None
+    g = grads
+    if grad_scale is not None:
+        g = aten._foreach_div.Tensor(g, grad_scale)
+    unscaled = g
+    if maximize:
+        g = aten._foreach_neg(g)
+    p = params
+    if weight_decay != 0:
+        if decoupled:  # AdamW: param *= 1 - lr * weight_decay
+            p = aten._foreach_sub.List(p, _times(aten._foreach_mul.Scalar(p, weight_decay), lr))
+        else:
+            g = aten._foreach_add.List(g, p, alpha=weight_decay)
+    m = aten._foreach_lerp.Scalar(exp_avgs, g, 1 - beta1)
+    v = aten._foreach_addcmul.Scalar(aten._foreach_mul.Scalar(exp_avg_sqs, beta2), g, g, 1 - beta2)
+    bias1 = aten._foreach_sub.Scalar(aten._foreach_pow.ScalarAndTensor(beta1, state_steps), 1)
+    bias2 = aten._foreach_neg(
+        aten._foreach_sub.Scalar(aten._foreach_pow.ScalarAndTensor(beta2, state_steps), 1)
+    )
+    # step_size = lr / (1 - beta1^t), written as -lr / (beta1^t - 1) to stay in foreach ops
+    step_size = _times(aten._foreach_reciprocal(bias1), lr)
+    second = v
+    vmax = None
+    if amsgrad:
+        vmax = aten._foreach_maximum.List(max_exp_avg_sqs, v)
+        second = vmax
+    denom = aten._foreach_add.Scalar(
+        aten._foreach_div.List(aten._foreach_sqrt(second), aten._foreach_sqrt(bias2)), eps
+    )
+    p = aten._foreach_add.List(
+        p, aten._foreach_mul.List(step_size, aten._foreach_div.List(m, denom))
+    )
+    updates = [(params, p), (exp_avgs, m), (exp_avg_sqs, v)]
+    if grad_scale is not None:
+        updates.append((grads, unscaled))
+    if amsgrad:
+        updates.append((max_exp_avg_sqs, vmax))
+    skip = aten.gt.Scalar(found_inf, 0) if found_inf is not None else None
+    written = []
+    for olds, news in updates:
+        for old, new in zip(olds, news):
+            aten.copy_(old, new if skip is None else aten.where.self(skip, old, new))
+            written.append(old)
+    return written, None
+
+
+def _adam_plain(*args, **kwargs):
+    return _adam(*args, **kwargs, decoupled=False)
+
+
+def _adamw(*args, **kwargs):
+    return _adam(*args, **kwargs, decoupled=True)
+
+
+FUSED_OPTIMIZER_HANDLERS = {
+    aten._fused_adam_.default: composed(_adam_plain),
+    aten._fused_adam_.tensor_lr: composed(_adam_plain),
+    aten._fused_adamw_.default: composed(_adamw),
+    aten._fused_adamw_.tensor_lr: composed(_adamw),
+}
