@@ -45,7 +45,9 @@ def _csv(text: str, known, what: str) -> list[str]:
 
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    p.add_argument("--models", default="decoder,cnn", help="comma list of " + ",".join(WORKLOADS))
+    p.add_argument(
+        "--models", default="decoder,decoder_bf16,cnn", help="comma list of " + ",".join(WORKLOADS)
+    )
     p.add_argument(
         "--modes",
         default="torch_cpu,lazy,eager,compile,dynamo,jax",
@@ -83,13 +85,15 @@ def _parse(argv):
 
 
 def _sizes(args) -> dict:
-    return {
-        "decoder": {
-            "vocab": args.vocab, "d_model": args.d_model, "n_heads": args.heads,
-            "n_layers": args.layers, "seq": args.seq, "batch": args.batch,
-        },
-        "cnn": {"width": args.cnn_width, "image": args.cnn_image, "batch": args.cnn_batch},
+    decoder = {
+        "vocab": args.vocab, "d_model": args.d_model, "n_heads": args.heads,
+        "n_layers": args.layers, "seq": args.seq, "batch": args.batch,
     }  # fmt: skip
+    return {
+        "decoder": decoder,
+        "decoder_bf16": decoder,
+        "cnn": {"width": args.cnn_width, "image": args.cnn_image, "batch": args.cnn_batch},
+    }
 
 
 def _measure(spec: dict, bar, env: dict | None = None) -> dict:
@@ -161,7 +165,13 @@ def main(argv=None) -> int:
         report["tracing"] = micro.tracing()
         report["cached_sync"] = micro.cached_sync()
         report["eager_op"] = micro.eager_op()
-    jobs = [(phase, model, mode) for phase, modes in phases for model in models for mode in modes]
+    jobs = [
+        (phase, model, mode)
+        for phase, modes in phases
+        for model in models
+        if phase == "training" or model != "decoder_bf16"  # a training row only
+        for mode in modes
+    ]
     restart = not args.skip_restart and "decoder" in models
     total = len(jobs) * (args.warmup + args.steps) + (2 * (1 + 2) if restart else 0)
     with tqdm(total=total, unit="step") as bar:

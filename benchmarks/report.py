@@ -20,6 +20,9 @@ TARGETS = [
     ("training", "decoder", "eager", "vs_compile", 0.85),
     ("training", "cnn", "eager", "vs_compile", 0.10),
     ("inference", "decoder", "dynamo", "vs_jax", 0.95),
+    ("training", "decoder_bf16", "lazy", "vs_jax", 0.9),
+    ("training", "decoder_bf16", "compile", "vs_jax", 0.9),
+    ("training", "decoder_bf16", "dynamo", "vs_jax", 0.9),
 ]
 FIRST_STEP_LIMIT = 1.5  # time to first step, at most this times pure JAX's
 # Peak memory above the baseline, at most this times the training state (issue 17);
@@ -109,6 +112,16 @@ def _target_lines(report: dict) -> list[str]:
                     f"  {model} training {mode}: first step {r['first_vs_jax']:.2f}x pure JAX's "
                     f"(<= {FIRST_STEP_LIMIT}x): {verdict}"
                 )
+    training = report.get("training", {})
+    for mode in LAZAX_MODES:
+        low = training.get("decoder_bf16", {}).get(mode, {}).get("steps_per_s")
+        full = training.get("decoder", {}).get(mode, {}).get("steps_per_s")
+        if low and full:
+            verdict = "met" if low >= full else "MISSED"
+            lines.append(
+                f"  decoder training {mode}: bf16 autocast {low / full:.2f}x float32 steps/s "
+                f"(>= 1.0): {verdict}"
+            )
     return lines + _memory_targets(report)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
 
@@ -64,6 +65,22 @@ def _decoder(sizes: dict) -> Workload:
     )
 
 
+def _decoder_bf16_loss(model, tokens):
+    with torch.autocast(tokens.device.type, dtype=torch.bfloat16):
+        return lm_loss(model(tokens), tokens)
+
+
+def _decoder_bf16(sizes: dict) -> Workload:
+    """The decoder under ``torch.autocast(dtype=torch.bfloat16)`` (weights and AdamW in
+    float32); its JAX twin casts as torch's CUDA autocast policy does."""
+    work = _decoder(sizes)
+    model = work.model
+    work.name = "decoder_bf16"
+    work.loss = _decoder_bf16_loss
+    work.jax_train_step = lambda: make_jax_train_step(model, lr=DECODER_LR, low=jnp.bfloat16)
+    return work
+
+
 def _cnn(sizes: dict) -> Workload:
     cfg = CNNConfig(**sizes)
     torch.manual_seed(0)
@@ -81,7 +98,11 @@ def _cnn(sizes: dict) -> Workload:
     )
 
 
-WORKLOADS = {"decoder": (_decoder, DecoderConfig), "cnn": (_cnn, CNNConfig)}
+WORKLOADS = {
+    "decoder": (_decoder, DecoderConfig),
+    "decoder_bf16": (_decoder_bf16, DecoderConfig),
+    "cnn": (_cnn, CNNConfig),
+}
 
 
 def make_workload(name: str, sizes: dict | None = None) -> Workload:

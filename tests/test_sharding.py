@@ -182,3 +182,9 @@ def test_donation_keeps_working_once_anything_is_sharded(mesh_8):
     lx.sync()
     assert counter("DonatedBuffers") - before == 2
     assert lx.get_sharding(sharded) == lx.Sharding(mesh_8, ("data", None))
+
+
+def test_meshes_over_the_same_grid_are_equal(mesh_2x4):
+    again = lx.Mesh(range(8), (2, 4), ("data", "model"))
+    assert again == mesh_2x4 and hash(again) == hash(mesh_2x4)
+    assert lx.Mesh(range(8), (4, 2), ("data", "model")) != mesh_2x4

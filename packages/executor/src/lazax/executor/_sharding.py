@@ -88,6 +88,14 @@ class Mesh:
         self.key = f"mesh{mesh_shape}{axis_names}{self.device_ids}"
         _MESHES.setdefault(self.jax_mesh, self)
 
+    def __eq__(self, other) -> bool:
+        # The same devices in the same grid with the same axis names is the same mesh,
+        # whichever object describes it (get_sharding returns the first one made).
+        return isinstance(other, Mesh) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
     def size(self, axis: str) -> int:
         return self.mesh_shape[self.axis_names.index(axis)]
 
