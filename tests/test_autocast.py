@@ -344,3 +344,21 @@ def test_fused_adam_runs_on_the_device_and_matches_the_cpu(make):
     assert not lx.metrics.counter_value("aten::_fused_adam_")
     for p_ref, p in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(p.cpu(), p_ref.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_autocast_region_inside_a_compiled_function_is_captured():
+    model = torch.nn.Linear(6, 5).to(DEV)
+
+    def fn(x):
+        with torch.autocast("lazax", dtype=BF16):
+            low = model(x)
+            with torch.autocast("lazax", enabled=False):
+                full = model(x)
+        return low, full
+
+    x = torch.randn(4, 6, device=DEV)
+    low, full = torch.compile(fn, backend="lazax")(x)
+    want_low, want_full = fn(x)
+    assert (low.dtype, full.dtype) == (BF16, torch.float32)
+    torch.testing.assert_close(low.cpu(), want_low.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(full.cpu(), want_full.cpu(), rtol=0, atol=0)
