@@ -323,10 +323,22 @@ def test_grad_scaler_with_a_fused_optimizer_reads_nothing_on_the_host():
         lambda ps, **kw: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, **kw),
         lambda ps, **kw: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1, amsgrad=True, **kw),
         lambda ps, **kw: torch.optim.Adam(ps, lr=torch.tensor(0.01), maximize=True, **kw),
+        lambda ps, **kw: torch.optim.SGD(
+            ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, **kw
+        ),
+        lambda ps, **kw: torch.optim.SGD(ps, lr=0.1, momentum=0.5, dampening=0.3, **kw),
+        lambda ps, **kw: torch.optim.SGD(ps, lr=0.1, maximize=True, **kw),
     ],
-    ids=["adamw", "adam-amsgrad", "adam-tensor-lr-maximize"],
+    ids=[
+        "adamw",
+        "adam-amsgrad",
+        "adam-tensor-lr-maximize",
+        "sgd-nesterov",
+        "sgd-dampening",
+        "sgd-plain-maximize",
+    ],  # fmt: skip
 )
-def test_fused_adam_runs_on_the_device_and_matches_the_cpu(make):
+def test_fused_optimizers_run_on_the_device_and_match_the_cpu(make):
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     model = copy.deepcopy(ref).to(DEV)
@@ -342,6 +354,7 @@ def test_fused_adam_runs_on_the_device_and_matches_the_cpu(make):
         lx.sync()
     assert not lx.metrics.counter_value("aten::_fused_adamw_")  # no CPU fallback
     assert not lx.metrics.counter_value("aten::_fused_adam_")
+    assert not lx.metrics.counter_value("aten::_fused_sgd_")
     for p_ref, p in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(p.cpu(), p_ref.detach(), rtol=1e-5, atol=1e-6)
 

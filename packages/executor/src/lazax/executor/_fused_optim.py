@@ -1,10 +1,11 @@
-"""torch's fused Adam/AdamW (``torch.optim.Adam(..., fused=True)``) on the device.
+"""torch's fused optimizers (``torch.optim.Adam/AdamW/SGD(..., fused=True)``) on the device.
 
 Contract (``FUSED_OPTIMIZER_HANDLERS``, merged into the tensor layer's special ops):
 ``_fused_adam_`` and ``_fused_adamw_`` (float and tensor ``lr``) update params,
 exp_avgs, exp_avg_sqs (and max_exp_avg_sqs with amsgrad) in place with torch's formula
-(``state_steps`` already counted up by torch.optim), composed of lazax ``_foreach``
-ops. With ``grad_scale`` the gradients are divided by it first and stored back
+(``state_steps`` already counted up by torch.optim); ``_fused_sgd_`` params and
+momentum buffers (weight decay, dampening, nesterov, maximize). Composed of lazax
+``_foreach`` ops. With ``grad_scale`` the gradients are divided by it first and stored back
 unscaled; with ``found_inf`` (``torch.amp.GradScaler``) a step that found an inf or a
 nan leaves every tensor as it was, decided on the device (torch's kernels return early
 after reading the flag on the host). So a GradScaler step with a fused optimizer reads
@@ -71,13 +72,48 @@ def _adam(
         updates.append((grads, unscaled))
     if amsgrad:
         updates.append((max_exp_avg_sqs, vmax))
+    return _gated(updates, found_inf), None
+
+
+def _gated(updates, found_inf):
+    """Write each new value over its old one, or keep the old one after an inf."""
     skip = aten.gt.Scalar(found_inf, 0) if found_inf is not None else None
     written = []
     for olds, news in updates:
         for old, new in zip(olds, news):
             aten.copy_(old, new if skip is None else aten.where.self(skip, old, new))
             written.append(old)
-    return written, None
+    return written
+
+
+def _sgd(
+    params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening,
+    nesterov, maximize, is_first_step, grad_scale=None, found_inf=None,
+):  # fmt: skip
+    if not params:
+        return [], None
+    g = grads
+    if grad_scale is not None:
+        g = aten._foreach_div.Tensor(g, grad_scale)
+    unscaled = g
+    if maximize:
+        g = aten._foreach_neg(g)
+    if weight_decay != 0:
+        g = aten._foreach_add.List(g, params, alpha=weight_decay)
+    updates = []
+    if momentum != 0:
+        if is_first_step:
+            buf = g
+        else:
+            buf = aten._foreach_add.List(
+                aten._foreach_mul.Scalar(momentum_buffer_list, momentum), g, alpha=1 - dampening
+            )
+        updates.append((momentum_buffer_list, buf))
+        g = aten._foreach_add.List(g, buf, alpha=momentum) if nesterov else buf
+    updates.insert(0, (params, aten._foreach_sub.List(params, _times(g, lr))))
+    if grad_scale is not None:
+        updates.append((grads, unscaled))
+    return _gated(updates, found_inf), None
 
 
 def _adam_plain(*args, **kwargs):
@@ -93,4 +129,6 @@ FUSED_OPTIMIZER_HANDLERS = {
     aten._fused_adam_.tensor_lr: composed(_adam_plain),
     aten._fused_adamw_.default: composed(_adamw),
     aten._fused_adamw_.tensor_lr: composed(_adamw),
+    aten._fused_sgd_.default: composed(_sgd),
+    aten._fused_sgd_.tensor_lr: composed(_sgd),
 }
