@@ -289,3 +289,28 @@ def test_an_in_place_cpu_kernel_may_resize_self_as_torch_does():
 def test_sparse_results_are_refused_with_a_clear_error():
     with pytest.raises(RuntimeError, match="lazax tensors are strided"):
         torch.randn(3, 3).to(DEV).to_sparse()
+
+
+@pytest.mark.parametrize(
+    "src, dst",
+    [
+        (torch.float32, torch.int32),
+        (torch.float32, torch.uint8),
+        (torch.int16, torch.bfloat16),
+        (torch.uint8, torch.bool),
+        (torch.complex64, torch.float32),
+    ],
+)
+def test_a_view_as_another_dtype_aliases_its_base(src, dst):
+    cpu = torch.arange(8).to(src).reshape(2, 4)
+    base = cpu.to(DEV)
+    view, cpu_view = base.view(dst), cpu.view(dst)
+    before = counter("aten::view.dtype")
+    base.add_(1)
+    cpu.add_(1)
+    torch.testing.assert_close(view.cpu(), cpu_view, rtol=0, atol=0)
+    if dst is torch.int32:  # and a write through the view reaches the base
+        view[0, 1] = 7
+        cpu_view[0, 1] = 7
+        torch.testing.assert_close(base.cpu(), cpu, rtol=0, atol=0)
+    assert counter("aten::view.dtype") == before  # no CPU fallback

@@ -193,7 +193,7 @@ class Storage:
 class Layout:
     """How to present one op output as a torch tensor (precomputed per spec-cache entry)."""
 
-    __slots__ = ("shape", "dtype", "stride", "offset", "view", "mkey", "numel")
+    __slots__ = ("shape", "dtype", "dtype_name", "stride", "offset", "view", "mkey", "numel")
 
     def __init__(
         self,
@@ -205,6 +205,7 @@ class Layout:
     ) -> None:
         self.shape = shape
         self.dtype = dtype
+        self.dtype_name = dtype_name(dtype)
         self.numel = math.prod(shape)
         contiguous = contiguous_strides(shape)
         self.stride = contiguous if stride is None else stride
@@ -295,8 +296,27 @@ def new_tensor(value: ir.Value, layout: Layout, device_index: int = 0) -> LazyTe
     return t
 
 
+_REINTERPRETING: dict[tuple, Layout] = {}
+
+
+def _reinterpreting(layout: Layout) -> Layout:
+    """``layout`` as a view: the whole storage read as another dtype of the same size
+    (``x.view(torch.int32)`` of a float32 ``x``) must re-read the base's bytes, not
+    its value."""
+    found = _REINTERPRETING.get(layout.mkey)
+    if found is None:
+        found = Layout(layout.shape, layout.dtype, layout.stride, layout.offset)
+        found.view = (layout.shape, layout.stride, layout.offset)
+        found.mkey = layout.mkey
+        _REINTERPRETING[layout.mkey] = found
+    return found
+
+
 def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
-    """A tensor sharing ``storage``; a view when ``layout.view`` is set."""
+    """A tensor sharing ``storage``; a view when ``layout.view`` is set (or when it
+    reads the storage as another dtype)."""
+    if layout.view is None and layout.dtype_name != storage.spec.dtype:
+        layout = _reinterpreting(layout)
     if layout.view is None:
         t = torch.Tensor._make_wrapper_subclass(
             LazyTensor,
@@ -331,8 +351,10 @@ def rebind(storage: Storage, layout: Layout) -> LazyTensor:
     """A tensor over ``storage`` presented with ``layout`` (``Layout(*t._lz_key)`` of
     some tensor ``t`` whose storage had this storage's shape)."""
     value = storage.value
+    if layout.view is None and layout.dtype_name != storage.spec.dtype:
+        layout = _reinterpreting(layout)
     if layout.view is not None:
-        value = view_gather(value, layout.view, dtype_name(layout.dtype))
+        value = view_gather(value, layout.view, layout.dtype_name)
     return new_alias(value, layout, storage)
 
 

@@ -73,6 +73,12 @@ def _from_units(units, dtype, shape):
     return lax.bitcast_convert_type(units, dtype).reshape(shape)
 
 
+@lowering(aten.view.dtype)
+def view_dtype(ctx, x, dtype):
+    # torch reinterprets the bytes of each row (the last dimension is contiguous)
+    return _as_units(x.reshape(-1), ctx.dtype).reshape(ctx.shape)
+
+
 @lowering("lazax::view_gather")
 def view_gather(ctx, base, size, stride, offset):
     flat = _as_units(base.reshape(-1), ctx.dtype)
