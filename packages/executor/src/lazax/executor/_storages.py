@@ -36,8 +36,16 @@ from lazax import ir
 from . import _sharding
 from ._barrier import EXECUTOR, from_cpu
 from ._device import DEVICE_NAME
-from ._dtypes import dtype_name, torch_dtype
-from ._tensor import Layout, LazyTensor, Storage, contiguous_strides, set_metadata, view_gather
+from ._dtypes import torch_dtype
+from ._tensor import (
+    Layout,
+    LazyTensor,
+    Storage,
+    contiguous_strides,
+    layout_over,
+    set_metadata,
+    view_gather,
+)
 
 __all__ = ["SET_STORAGE_HANDLERS", "install"]
 
@@ -159,10 +167,9 @@ def _upload(entry: _Carrier, dtype: torch.dtype, size, stride, offset) -> Storag
 
 def _point_at(t: LazyTensor, storage: Storage, size, stride, offset) -> None:
     """``t`` becomes a tensor over ``storage`` with torch's (size, stride, offset)."""
-    layout = Layout(tuple(size), t.dtype, tuple(stride), offset, storage.spec.shape)
-    dtype = dtype_name(t.dtype)
-    if layout.view is None and dtype != storage.spec.dtype:
-        layout.view = (layout.shape, layout.stride, offset)  # reinterprets the bytes
+    layout = layout_over(
+        Layout(tuple(size), t.dtype, tuple(stride), offset, storage.spec.shape), storage
+    )
     t._lz_storage = storage
     t._lz_view = layout.view
     t._lz_seen = storage.version
@@ -170,7 +177,7 @@ def _point_at(t: LazyTensor, storage: Storage, size, stride, offset) -> None:
     if layout.view is None:
         t._lz_value = None
     else:
-        t._lz_value = view_gather(storage.value, layout.view, dtype)
+        t._lz_value = view_gather(storage.value, layout.view, layout.dtype_name)
         storage.add_view(t)
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "Storage",
     "contiguous_strides",
     "ir_value",
+    "layout_over",
     "new_alias",
     "new_tensor",
     "rebind",
@@ -299,10 +300,16 @@ def new_tensor(value: ir.Value, layout: Layout, device_index: int = 0) -> LazyTe
 _REINTERPRETING: dict[tuple, Layout] = {}
 
 
+def layout_over(layout: Layout, storage: Storage) -> Layout:
+    """``layout`` as presented over ``storage``: as it is, or as a view where it is the
+    whole storage read as another dtype of the same size (``x.view(torch.int32)`` of a
+    float32 ``x``), which must re-read the base's bytes, not its value."""
+    if layout.view is None and layout.dtype_name != storage.spec.dtype:
+        return _reinterpreting(layout)
+    return layout
+
+
 def _reinterpreting(layout: Layout) -> Layout:
-    """``layout`` as a view: the whole storage read as another dtype of the same size
-    (``x.view(torch.int32)`` of a float32 ``x``) must re-read the base's bytes, not
-    its value."""
     found = _REINTERPRETING.get(layout.mkey)
     if found is None:
         found = Layout(layout.shape, layout.dtype, layout.stride, layout.offset)
@@ -315,7 +322,7 @@ def _reinterpreting(layout: Layout) -> Layout:
 def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
     """A tensor sharing ``storage``; a view when ``layout.view`` is set (or when it
     reads the storage as another dtype)."""
-    if layout.view is None and layout.dtype_name != storage.spec.dtype:
+    if layout.view is None and layout.dtype_name != storage.spec.dtype:  # layout_over, inline
         layout = _reinterpreting(layout)
     if layout.view is None:
         t = torch.Tensor._make_wrapper_subclass(
@@ -351,8 +358,7 @@ def rebind(storage: Storage, layout: Layout) -> LazyTensor:
     """A tensor over ``storage`` presented with ``layout`` (``Layout(*t._lz_key)`` of
     some tensor ``t`` whose storage had this storage's shape)."""
     value = storage.value
-    if layout.view is None and layout.dtype_name != storage.spec.dtype:
-        layout = _reinterpreting(layout)
+    layout = layout_over(layout, storage)
     if layout.view is not None:
         value = view_gather(value, layout.view, layout.dtype_name)
     return new_alias(value, layout, storage)
