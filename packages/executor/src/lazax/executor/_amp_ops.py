@@ -26,7 +26,9 @@ aten = torch.ops.aten
 
 
 def composed(write):
-    """Run ``write(*args) -> written tensors`` lazily, as one graph in eager mode."""
+    """A special-op handler from ``write(*args, **kwargs) -> (written tensors,
+    result)``, an op composed of lazax ops: traced lazily, and in eager mode run as one
+    graph of everything it wrote (the batch-norm handler and these use it)."""
 
     def handler(args, kwargs):
         eager = EXECUTOR.eager

@@ -29,6 +29,12 @@ def _times(tensors, lr):
     return aten._foreach_mul.Scalar(tensors, lr)
 
 
+def _gradients(grads, grad_scale, maximize):
+    """(the gradients the step uses, the unscaled ones to store back)."""
+    unscaled = grads if grad_scale is None else aten._foreach_div.Tensor(grads, grad_scale)
+    return (aten._foreach_neg(unscaled) if maximize else unscaled), unscaled
+
+
 def _adam(
     params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1,
     beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None,
@@ -36,12 +42,7 @@ def _adam(
 ):  # fmt: skip
     if not params:
         return [], None
-    g = grads
-    if grad_scale is not None:
-        g = aten._foreach_div.Tensor(g, grad_scale)
-    unscaled = g
-    if maximize:
-        g = aten._foreach_neg(g)
+    g, unscaled = _gradients(grads, grad_scale, maximize)
     p = params
     if weight_decay != 0:
         if decoupled:  # AdamW: param *= 1 - lr * weight_decay
@@ -92,12 +93,7 @@ def _sgd(
 ):  # fmt: skip
     if not params:
         return [], None
-    g = grads
-    if grad_scale is not None:
-        g = aten._foreach_div.Tensor(g, grad_scale)
-    unscaled = g
-    if maximize:
-        g = aten._foreach_neg(g)
+    g, unscaled = _gradients(grads, grad_scale, maximize)
     if weight_decay != 0:
         g = aten._foreach_add.List(g, params, alpha=weight_decay)
     updates = []

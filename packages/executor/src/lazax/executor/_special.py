@@ -18,7 +18,7 @@ import torch
 
 from lazax import ir
 
-from ._amp_ops import AMP_HANDLERS
+from ._amp_ops import AMP_HANDLERS, composed
 from ._barrier import EXECUTOR, from_cpu, to_cpu
 from ._dispatch import run_plan
 from ._dtypes import dtype_name
@@ -114,19 +114,15 @@ def _local_scalar_dense(args, kwargs):
     return to_cpu(args[0]).item()
 
 
-def _native_batch_norm(args, kwargs):
+def _batch_norm_written(*args):
     # native_batch_norm updates running_mean/running_var in place although its schema
     # does not say so; run the functional form and write the new statistics back.
     # In eager mode the whole op (output, statistics, running stats) is one sync.
-    eager = EXECUTOR.eager
-    EXECUTOR.eager = False
-    try:
-        outs, written = _batch_norm_lazily(*args)
-    finally:
-        EXECUTOR.eager = eager
-    if eager:
-        EXECUTOR.sync_tensors_graph([*outs, *written], wait=False, sync_ltc_data=False)
-    return outs
+    outs, written = _batch_norm_lazily(*args)
+    return [*outs, *written], outs
+
+
+_native_batch_norm = composed(_batch_norm_written)
 
 
 def _batch_norm_lazily(x, weight, bias, running_mean, running_var, training, momentum, eps):

@@ -41,6 +41,7 @@ from ._tensor import (
     Layout,
     LazyTensor,
     Storage,
+    attach,
     contiguous_strides,
     layout_over,
     set_metadata,
@@ -170,15 +171,10 @@ def _point_at(t: LazyTensor, storage: Storage, size, stride, offset) -> None:
     layout = layout_over(
         Layout(tuple(size), t.dtype, tuple(stride), offset, storage.spec.shape), storage
     )
-    t._lz_storage = storage
-    t._lz_view = layout.view
-    t._lz_seen = storage.version
-    t._lz_key = layout.mkey
-    if layout.view is None:
-        t._lz_value = None
-    else:
-        t._lz_value = view_gather(storage.value, layout.view, layout.dtype_name)
-        storage.add_view(t)
+    value = None
+    if layout.view is not None:
+        value = view_gather(storage.value, layout.view, layout.dtype_name)
+    attach(t, value, layout, storage)
 
 
 def _set_storage(t, source, offset=0, size=None, stride=None):

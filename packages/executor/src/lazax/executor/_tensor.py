@@ -42,6 +42,7 @@ __all__ = [
     "StaleView",
     "LazyTensor",
     "Storage",
+    "attach",
     "contiguous_strides",
     "ir_value",
     "layout_over",
@@ -342,6 +343,13 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
             device=_DEVICES[storage.device_index],
             requires_grad=False,
         )
+    attach(t, value, layout, storage)
+    return t
+
+
+def attach(t: LazyTensor, value: ir.Value | None, layout: Layout, storage: Storage) -> None:
+    """Point ``t`` at ``storage``, presented with ``layout`` (as ``layout_over`` gives
+    it); ``value``: the view's IR (unused for a tensor that is not a view)."""
     t._lz_storage = storage
     t._lz_view = layout.view
     t._lz_seen = storage.version
@@ -351,7 +359,6 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
     else:
         t._lz_value = value
         storage.add_view(t)
-    return t
 
 
 def rebind(storage: Storage, layout: Layout) -> LazyTensor:
