@@ -11,7 +11,8 @@ gather the input buffers, execute the cached executable by hash (lowering it aga
 was evicted), wrap the outputs, write the mutated arguments back. A mutated argument
 whose buffer nothing else holds (no other tensor's IR, no second storage) is donated:
 the executable writes the new value over it, as lazy mode's sync does; an executable is
-kept per donation pattern.
+kept per donation pattern. A program's device-side checks (a bad index) are queued
+like lazy mode's and raise at the next sync or read; the replay's results stay.
 
 A graph is replayable only if tracing it runs nothing: a CPU fallback, a read to the
 host or a data-dependent shape would bake a value of this call into every later one.
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from lazax import executor, ir
-from lazax.executor import EXECUTOR, RNG, Layout, LazyTensor, Storage, metrics
+from lazax.executor import CHECKS, EXECUTOR, RNG, Layout, LazyTensor, Storage, metrics
 
 __all__ = ["CaptureBroken", "Replay", "signature"]
 
@@ -165,6 +166,10 @@ class Replay:
         self.root_specs = [r.spec for r in roots]
         graph = ir.collect(roots, salt=EXECUTOR.device_salt_hash)
         self.hash = graph.hash
+        # Where each op with device-side checks was traced, by its place in the walk
+        # (what a failed check names; the compiled program says which ones check).
+        checked = executor.checked_ops()
+        self.sites = {k: (n.op, n.data) for k, n in enumerate(graph.reached) if n.op in checked}
         # SPMD: the input shardings this replay is compiled for (part of its key).
         self.placement = executor.sharded_placement(graph)
         seed_order = {id(s): k for k, s in enumerate(seeds)}
@@ -274,6 +279,10 @@ class Replay:
         start = perf_counter()
         buffers = EXECUTOR.runtime.execute(entry, params)
         metrics.record("ExecuteTime", perf_counter() - start)
+        checks = entry.annotations
+        if checks:  # the flags: the last output; the results stay (see lazax.executor)
+            sites = [self.sites.get(p, ("?", None)) for p, _, _ in checks]
+            CHECKS.queue(buffers[-1], checks, sites, EXECUTOR.graph_name, "replay")
         if donate:
             metrics.bump("DonatedBuffers", len(donate))
         specs = self.root_specs

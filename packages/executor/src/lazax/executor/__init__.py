@@ -6,7 +6,8 @@ type on ``lazax:N``; ``EXECUTOR`` holds the flags the modes set (``eager``,
 ``sync_tensors_graph`` / ``sync`` are the barrier; ``metrics`` the counters.
 ``Storage``, ``Layout``, ``new_tensor``, ``new_alias``, ``rebind``, ``lower_graph``,
 ``sharded_placement``, ``place_sharded_arguments`` and ``sharding_signature`` are for
-front-ends that build or replay graphs themselves (the dynamo bridge). ``Mesh``,
+front-ends that build or replay graphs themselves (the dynamo bridge), with ``CHECKS``
+(the device-side checks a replayed program's flags go to) and ``checked_ops``. ``Mesh``,
 ``mark_sharding``, ``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD.
 """
 
@@ -18,6 +19,7 @@ from . import metrics  # noqa: E402
 from ._autocast import install as _install_autocast  # noqa: E402
 from ._autocast import missing_policies as autocast_missing_policies  # noqa: E402
 from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
+from ._checks import CHECKS  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
 from ._lowering import lower as lower_graph  # noqa: E402
@@ -37,7 +39,13 @@ from ._special import register_kernels  # noqa: E402
 from ._storages import install as _install_storages  # noqa: E402
 from ._tensor import Layout, LazyTensor, Storage, ir_value, new_alias, new_tensor, rebind  # noqa: E402
 from ._version import __version__  # noqa: E402
-from .ops import DuplicateLoweringError, get_lowering, lowering, registered_ops  # noqa: E402
+from .ops import (  # noqa: E402
+    DuplicateLoweringError,
+    checked_ops,
+    get_lowering,
+    lowering,
+    registered_ops,
+)
 
 register_kernels()
 _install_module_moves()
@@ -72,6 +80,7 @@ def sync(wait: bool = False) -> None:
 
 
 __all__ = [
+    "CHECKS",
     "EXECUTOR",
     "RNG",
     "DuplicateLoweringError",
@@ -85,6 +94,7 @@ __all__ = [
     "__version__",
     "apply_eager_sync",
     "autocast_missing_policies",
+    "checked_ops",
     "clear_sharding",
     "device",
     "from_cpu",

@@ -22,6 +22,9 @@ execution that fails synchronously has consumed nothing, so the rule above still
 per-op sync) leaves the views of a synced storage holding their IR (it does not bump
 the storage version), which is all an op's fresh outputs need.
 ``sync()`` syncs every live storage with pending IR in one graph.
+Device-side checks (``_checks``): a program's flags are queued after it runs; each
+sync first reads those that are ready, and every read to the host reads them all, so
+a bad index raises at the first sync or read after its graph ran.
 Threads: results are handed back with ``Storage.settle`` (see ``_tensor``), so a sync
 never overwrites a write that another thread made while the graph ran; the cache is
 locked. Mode flags (eager, graph name, allow-execution) are process-wide.
@@ -42,6 +45,7 @@ from lazax import cache as lazax_cache
 from lazax import ir, pjrt
 
 from . import metrics
+from ._checks import CHECKS
 from ._donation import DonationPolicy
 from ._dtypes import dtype_name, torch_dtype
 from ._keys import KeyParts, RecompileLog
@@ -125,6 +129,8 @@ class GraphExecutor:
         with metrics.timed(timer):
             fn, arg_specs = lower_fn()
             entry = self.compile_executable(fn, arg_specs, arg_shardings, donate)
+        # The device-side checks the trace found (``_lowering``): one more output.
+        entry.annotations = list(getattr(fn, "checks", ())) or None
         self.cache.put(key, entry)
         self.map_guard.after_compile(self.cache, self.runtime)
         return entry
@@ -186,6 +192,8 @@ class GraphExecutor:
     # -- the barrier ---------------------------------------------------------------
     def sync_tensors_graph(self, tensors, wait: bool = False, sync_ltc_data: bool = True):
         with self.sync_lock:
+            if CHECKS.unread:
+                CHECKS.poll(self.runtime)
             self._sync_tensors(tensors, sync_ltc_data)
         if wait:
             self.wait(tensors)
@@ -231,14 +239,19 @@ class GraphExecutor:
         if not pending:
             return
         with self.sync_lock:
+            if CHECKS.unread:
+                CHECKS.poll(self.runtime)
             roots = [s.value for s in pending]
             results = self.run_graph(roots, pending)
             for storage, root, value in zip(pending, roots, results):
                 storage.settle(root, value)
 
     def sync(self, wait: bool = False) -> None:
-        """Sync every live tensor with pending IR, as one graph."""
+        """Sync every live tensor with pending IR, as one graph. ``wait``: block until
+        it has run and read its device-side checks (``_checks``)."""
         with self.sync_lock:
+            if CHECKS.unread:
+                CHECKS.poll(self.runtime)
             storages = PENDING.take()
             roots = [s.value for s in storages]
             if roots:
@@ -255,6 +268,14 @@ class GraphExecutor:
                 del roots, results
         if wait:
             self.runtime.wait([s.value.node.data for s in storages if not s.pending])
+            self.read_checks()
+
+    def read_checks(self) -> None:
+        """Raise the first failed device-side check of anything executed so far,
+        waiting for those executions (a read to the host, ``wait_device_ops``)."""
+        if CHECKS.unread:
+            with self.sync_lock:
+                CHECKS.resolve(self.runtime)
 
     def wait(self, tensors) -> None:
         buffers = []
@@ -313,7 +334,22 @@ class GraphExecutor:
         metrics.record("EagerOpExecuteTime" if eager else "ExecuteTime", perf_counter() - start)
         if donate:
             metrics.bump("DonatedBuffers", len(donate))
-        return [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
+        results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
+        checks = entry.annotations
+        if checks:  # the flags: the last output (``_checks``)
+            reached = graph.reached
+            sites = [(reached[p].op, reached[p].data) for p, _, _ in checks]
+            name = self.graph_name
+            if eager:  # the op raises itself, before its outputs are handed out
+                CHECKS.queue(outputs[-1], checks, sites, name, "eager")
+                CHECKS.resolve(runtime)
+            elif donate:
+                CHECKS.queue(outputs[-1], checks, sites, name, "donated")
+            else:
+                nodes = [reached[p] for p, _, _ in checks]
+                undo = (list(targets), roots, results, nodes)
+                CHECKS.queue(outputs[-1], checks, sites, name, "reverted", undo)
+        return results
 
     def _site(self, graph: ir.Graph, placed=None, donate=()):
         site, frame = self.compile_site()
@@ -381,7 +417,8 @@ HOST_SLICE_MAX_ELEMENTS = 1 << 20
 
 
 def to_cpu(t: LazyTensor) -> torch.Tensor:
-    """``t``'s value as a new CPU tensor (syncs and waits)."""
+    """``t``'s value as a new CPU tensor (syncs and waits; raises the first failed
+    device-side check of anything run so far)."""
     if EXECUTOR.capture_guard is not None:
         EXECUTOR.capture_guard("a read of device data to the host")
     view = t._lz_view
@@ -402,9 +439,14 @@ def to_cpu(t: LazyTensor) -> torch.Tensor:
                 if base_dtype != t.dtype:
                     whole = whole.view(t.dtype)
                 size, stride, offset = view
-                return whole.as_strided(size, stride, offset).clone()
+                out = whole.as_strided(size, stride, offset).clone()
+                EXECUTOR.read_checks()
+                return out
     EXECUTOR.sync_tensors_graph([t], wait=False)
-    return _host_tensor(ir_value(t).node.data, t.dtype, t.shape)
+    out = _host_tensor(ir_value(t).node.data, t.dtype, t.shape)
+    # A value computed with an index out of range must not reach the user unflagged.
+    EXECUTOR.read_checks()
+    return out
 
 
 def _host_tensor(buffer, dtype: torch.dtype, shape) -> torch.Tensor:

@@ -26,6 +26,7 @@ from lazax import ir
 from lazax.pjrt import numpy_dtype
 
 from ._barrier import EXECUTOR, from_cpu
+from ._checks import CHECKS, trace_site
 from ._device import RNG
 from ._fallback import fallback
 from ._plans import (
@@ -128,6 +129,8 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
     if plan.random:
         values.append(_seed_parameter())
     node = ir.Node(info.node_op, tuple(values), info.attrs, info.specs, info.base_hash)
+    if info.checked and CHECKS.enabled:
+        node.data = trace_site()  # named if a device-side check of this op fails
     if node.depth > EXECUTOR.pending_depth_warning:
         _warn_unbounded_graph(node.depth)
     outputs = node.outputs

@@ -6,7 +6,8 @@ Contract:
   ``device`` (platform, device kind and count), ``donated`` (the inputs whose buffers
   the program writes over, when any), ``options`` (the runtime's compile
   options, re-read on every key: a jax option changed between two compiles must not
-  reuse an executable) and ``versions`` (lazax, jax, jaxlib, torch).
+  reuse an executable), ``checks`` (whether programs check values on the device:
+  ``_checks``) and ``versions`` (lazax, jax, jaxlib, torch).
   ``memory_key(graph_hash)`` is the cheap form the in-memory LRU uses on every sync: the
   graph hash with the digest of the environment parts.
 - ``RecompileLog.on_compile(site, graph, key)`` is told of every compile; when ``site``
@@ -30,6 +31,7 @@ from lazax import ir
 from lazax.cache import CacheKey, environment_part
 
 from . import metrics
+from ._checks import CHECKS
 from ._version import __version__
 
 __all__ = ["KeyParts", "RecompileLog"]
@@ -52,13 +54,14 @@ class KeyParts:
         self._digest = 0
 
     def environment(self) -> dict[str, int]:
-        options = self.runtime.compile_options()
+        options = (self.runtime.compile_options(), CHECKS.enabled)
         if options != self._options:
             self._options = options
             self._environment = {
                 "device": self.device,
-                "options": environment_part(dict(options)),
+                "options": environment_part(dict(options[0])),
                 "versions": self.versions,
+                "checks": int(options[1]),
             }
             self._digest = hash(tuple(self._environment.values()))
         return self._environment

@@ -9,6 +9,12 @@ turned into a small instruction (rule, attributes, operand slots) first.
 Node attributes are ``(args, kwargs)`` templates in aten order, with ``("%", k)``
 standing for operand ``k``. Every output is cast to the dtype in the node's spec.
 Random rules get ``ctx.key`` from the node's last operand (an int64 seed parameter).
+
+Device-side checks (``_checks``): when ``CHECKS.enabled`` at the time jax traces ``fn``
+(the compile), the ``ctx.check`` calls of checked rules add one last output, an int64
+array ``(n, 2)`` of (any bad, first bad value) per check, and ``fn.checks`` lists, per
+row, ``(position in graph.reached of the node, error name, message)``. Without checks
+``fn.checks`` is empty and the outputs are the roots' alone.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ import jax.numpy as jnp
 from lazax import ir
 from lazax.pjrt import numpy_dtype
 
-from .ops import get_lowering
-from .ops._registry import LoweringContext
+from ._checks import CHECKS
+from .ops import LoweringContext, get_lowering
 
 __all__ = ["LoweringError", "lower"]
 
@@ -64,9 +70,9 @@ def _instruction(node: ir.Node):
     return rule, args_t, kwargs_t, out, node.op
 
 
-def _run(instr, operands: list):
+def _run(instr, operands: list, checks: list | None = None):
     rule, args_t, kwargs_t, out, name = instr
-    ctx = LoweringContext(out)
+    ctx = LoweringContext(out, checks=checks)
     if rule.random:
         seed = operands.pop()
         ctx.key = jax.random.key(seed)
@@ -100,13 +106,16 @@ def lower(graph: ir.Graph):
         slot_of[id(p)] = i
     program = []
     next_slot = len(graph.parameters)
+    positions = graph.positions
     for node in graph.nodes:
         if id(node) in slot_of:
             continue
         operand_slots = []
         for v in node.operands:
             operand_slots.append((slot_of[id(v.node)], v.index))
-        program.append((_instruction(node), operand_slots, next_slot))
+        instr = _instruction(node)
+        checked = positions[id(node)] if instr[0].checked else None
+        program.append((instr, operand_slots, next_slot, checked))
         slot_of[id(node)] = next_slot
         next_slot += 1
     roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
@@ -114,8 +123,17 @@ def lower(graph: ir.Graph):
 
     def fn(*params):
         env: list = [(p,) for p in params] + [None] * len(program)
-        for instr, operand_slots, slot in program:
-            env[slot] = _run(instr, [env[s][i] for s, i in operand_slots])
-        return tuple(env[s][i] for s, i in roots)
+        enabled = CHECKS.enabled
+        rows: list = []
+        fn.checks = []  # filled anew by each trace
+        for instr, operand_slots, slot, position in program:
+            checks = [] if enabled and position is not None else None
+            env[slot] = _run(instr, [env[s][i] for s, i in operand_slots], checks)
+            for bad, value, error, message in checks or ():
+                rows.append(jnp.stack([bad.astype(jnp.int64), value]))
+                fn.checks.append((position, error, message))
+        outputs = tuple(env[s][i] for s, i in roots)
+        return (*outputs, jnp.stack(rows)) if rows else outputs
 
+    fn.checks = []
     return fn, arg_specs

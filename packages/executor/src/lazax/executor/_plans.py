@@ -24,6 +24,7 @@ from lazax import ir
 
 from ._dtypes import dtype_name
 from ._tensor import Layout, LazyTensor
+from .ops import checked_ops
 
 __all__ = [
     "FALLBACK",
@@ -77,10 +78,21 @@ FALLBACK = "fallback"  # spec-cache entry for calls that always take the CPU fal
 
 
 class OpInfo:
-    __slots__ = ("node_op", "attrs", "base_hash", "specs", "layouts", "result", "scalar_dtypes")
+    __slots__ = (
+        "node_op",
+        "attrs",
+        "base_hash",
+        "specs",
+        "layouts",
+        "result",
+        "scalar_dtypes",
+        "checked",
+    )
 
     def __init__(self, node_op, attrs, specs, layouts, result, scalar_dtypes):
         self.node_op = node_op
+        # Its lowering checks values on the device: the tracer records where it ran.
+        self.checked = node_op in checked_ops()
         self.attrs = attrs
         self.specs = specs
         self.base_hash = ir.node_base_hash(node_op, attrs, specs)

@@ -100,6 +100,8 @@ class _PendingStorages:
             s = r()
             if s is not None and s.pending and id(s) not in seen:
                 seen.add(id(s))
+                if REVERTED and REVERTED.get(s) is s.value:
+                    continue  # put back by a failed check: only a read runs it again
                 live.append(s)
         return live
 
@@ -110,6 +112,9 @@ class _PendingStorages:
 
 
 PENDING = _PendingStorages()
+# Storages a failed device-side check put back on their pending IR (``Storage.revert``),
+# with that IR: ``sync()`` of everything skips them while they still hold it.
+REVERTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -186,6 +191,22 @@ class Storage:
                 if self.views is not None:
                     self._drop_view_ir()
             return True
+
+    def revert(self, result: ir.Value, pending: ir.Value) -> bool:
+        """Undo ``settle``: hold ``pending`` again (a device-side check failed in the
+        graph that computed ``result``), unless the storage was written since. It is
+        left out of ``PENDING.take``: ``sync()`` leaves it alone, so one bad tensor kept
+        by the user (or by a traceback) does not fail every later sync; reading it, or
+        anything computed from it, runs the bad op again."""
+        with COMMIT_LOCK:
+            if self.value is not result:
+                return False
+            self.value = pending
+            self.version += 1
+            if self.views is not None:
+                self._drop_view_ir()
+            REVERTED[self] = pending
+        return True
 
     @property
     def pending(self) -> bool:

@@ -95,6 +95,7 @@ def wait_device_ops() -> None:
     Time a loop of ``sync()`` steps with it; pending work that was never synced is not
     run (call ``sync()`` first)."""
     _executor.EXECUTOR.runtime.wait_all()
+    _executor.EXECUTOR.read_checks()
 
 
 def set_persistent_cache_dir(path, read_only: bool = False) -> bool:

@@ -9,7 +9,8 @@ Contract (the narrow interface; a second implementation must stay possible):
   with ``arg_shardings`` (one jax sharding per argument), an SPMD program that XLA's
   partitioner splits over their mesh. ``donate``: indices of arguments whose buffers
   the program may write its outputs over (jax's ``donate_argnums``); the caller
-  guarantees nothing reads them afterwards. Nothing runs.
+  guarantees nothing reads them afterwards. Nothing runs. The executable's
+  ``annotations`` attribute is the caller's to keep anything with the program.
 - ``mesh(device_ids, shape, axis_names)``, ``named_sharding(mesh, spec)``,
   ``place(buffer, sharding)`` (a device buffer re-laid out, asynchronously), and
   ``shard_shapes(buffer)`` (device id -> the shape of the piece that device holds).
@@ -31,6 +32,7 @@ Contract (the narrow interface; a second implementation must stay possible):
   the OS does not say (Linux only). XLA's CPU executables hold their JIT code in
   mappings of their own (one or more per kernel), and a process past the limit dies in
   LLVM ("Unable to allocate section memory"), so the executor watches this.
+- ``is_ready(buffer)``: whether its value is computed (never blocks).
 - ``wait(buffers)``: block until they are ready (re-raising their error, if any).
   ``wait_all()``: block until every buffer this runtime handed out that is still alive
   is ready, that is until every execution whose results anyone can read has finished.
@@ -129,6 +131,7 @@ class Executable:
         "output_bytes",
         "alias_bytes",
         "temp_bytes",
+        "annotations",
     )
 
     def __init__(
@@ -151,6 +154,8 @@ class Executable:
         self.persistent: str | None = None
         # Persistent-cache entries that could not be read (and were compiled instead).
         self.load_failures: list[str] = []
+        # Whatever the caller keeps with the program (the executor: its checks).
+        self.annotations: Any = None
 
     @property
     def need_bytes(self) -> int:
@@ -396,6 +401,10 @@ class PjrtRuntime:
                 return count, int(limit.read())
         except (OSError, ValueError):
             return None
+
+    def is_ready(self, buffer: jax.Array) -> bool:
+        """Whether ``buffer``'s value has been computed (never waits)."""
+        return buffer.is_ready()
 
     def wait(self, buffers: Sequence[jax.Array]) -> None:
         jax.block_until_ready(list(buffers))

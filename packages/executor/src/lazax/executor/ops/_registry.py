@@ -11,6 +11,12 @@ Contract:
   two rules live.
 - ``ctx.out`` holds the output specs (``shape``, numpy ``dtype``) torch infers for the
   call; ``ctx.key`` is a fresh jax PRNG key for rules registered with ``random=True``.
+- A rule registered with ``checked=True`` may call ``ctx.check(bad, values, error,
+  message)`` for an error torch raises from the *values* (an index out of range): the
+  program also computes whether any element of ``bad`` is true and the first offending
+  value, and the executor raises ``error(message.format(value=...))`` when it reads
+  that (see ``_checks``). With checks off (``LAZAX_CHECKS=0``) ``ctx.check`` does
+  nothing. The tensor layer records where such ops were traced (``checked_ops``).
 - In-place (``add_``) and functional (``add``) overloads share one rule: register the
   functional one; the tensor layer writes the result back for the in-place form.
 """
@@ -21,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import jax.numpy as jnp
+
 __all__ = [
     "DuplicateLoweringError",
     "Lowering",
@@ -28,6 +36,7 @@ __all__ = [
     "get_lowering",
     "lowering",
     "op_name",
+    "checked_ops",
     "registered_ops",
 ]
 
@@ -41,12 +50,27 @@ class Lowering:
     fn: Callable[..., Any]
     random: bool
     where: str
+    checked: bool = False
 
 
 @dataclass
 class LoweringContext:
     out: tuple  # of (shape tuple, numpy dtype)
     key: Any = None
+    # (any bad, first bad value, error name, message) per ``check``; None: checks off.
+    checks: list | None = None
+
+    def check(self, bad, values, error: str, message: str) -> None:
+        """Report ``error`` (a builtin exception's name) with ``message`` (``{value}``:
+        the first element of ``values`` where ``bad`` holds) if any ``bad`` is true."""
+        if self.checks is None or bad.size == 0:
+            return
+        flat = bad.reshape(-1)
+        if values is None:
+            first = jnp.zeros((), jnp.int64)
+        else:
+            first = jnp.broadcast_to(values, bad.shape).reshape(-1)[jnp.argmax(flat)]
+        self.checks.append((jnp.any(flat), first.astype(jnp.int64), error, message))
 
     @property
     def dtype(self):
@@ -60,6 +84,7 @@ class LoweringContext:
 
 
 _LOWERINGS: dict[str, Lowering] = {}
+_CHECKED: set[str] = set()
 
 
 def op_name(op: Any) -> str:
@@ -67,7 +92,7 @@ def op_name(op: Any) -> str:
     return op if isinstance(op, str) else op.name()
 
 
-def lowering(*ops: Any, random: bool = False):
+def lowering(*ops: Any, random: bool = False, checked: bool = False):
     """Register the decorated function as the jax lowering of ``ops``."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -80,7 +105,9 @@ def lowering(*ops: Any, random: bool = False):
                     f"({_LOWERINGS[name].where}); {where} registers it again. "
                     f"Remove one of them."
                 )
-            _LOWERINGS[name] = Lowering(fn, random, where)
+            _LOWERINGS[name] = Lowering(fn, random, where, checked)
+            if checked:
+                _CHECKED.add(name)
         return fn
 
     return register
@@ -88,6 +115,11 @@ def lowering(*ops: Any, random: bool = False):
 
 def get_lowering(op: Any) -> Lowering | None:
     return _LOWERINGS.get(op if isinstance(op, str) else op.name())
+
+
+def checked_ops() -> set[str]:
+    """The ops whose lowerings check values on the device (the live set)."""
+    return _CHECKED
 
 
 def registered_ops() -> list[str]:

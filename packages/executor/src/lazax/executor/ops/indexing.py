@@ -10,8 +10,9 @@ Contract:
   boolean mask (the only tensor index) is lowered as a ``where``; masks mixed with
   integer index tensors become ``nonzero`` indices sized by those tensors; a mix whose
   count nothing fixes (several masks alone) raises ``NotImplementedError``.
-- Out-of-range indices are not checked (torch raises; XLA clamps or drops them).
-  Writes with repeated indices and no accumulation keep one of the written values, as
+- Out-of-range indices raise as on the CPU, with torch's type and message, through
+  device-side checks (``_bounds``; XLA itself clamps or drops them).
+- Writes with repeated indices and no accumulation keep one of the written values, as
   torch's CPU kernels promise no order either.
 - ``arange`` scalars arrive as plain Python numbers (the tensor layer never lifts them:
   they decide the length, which comes from torch's meta kernel).
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._bounds import bounds_message, check_index
 from ._registry import lowering
 
 aten = torch.ops.aten
@@ -60,11 +62,27 @@ def _key(indices):
     return tuple(slice(None) if i is None else i for i in indices)
 
 
-@lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
+def _check_indices(ctx, x, indices):
+    """torch numbers the dimension among the index tensors (``x[:, i]``: dimension 0)."""
+    k = 0
+    for position, i in enumerate(indices):
+        if i is None:
+            continue
+        if not _is_mask(i):
+            size = x.shape[position]
+            check_index(ctx, i, size, "IndexError", bounds_message(k, size), negative=True)
+        k += 1
+
+
+@lowering(aten.index.Tensor, checked=True)
 def index(ctx, x, indices):
+    _check_indices(ctx, x, indices)
     if any(_is_mask(i) for i in indices):
         raise NotImplementedError("lazax: boolean-mask indexing has a data-dependent shape")
     return x[_key(indices)]
+
+
+lowering(aten._unsafe_index.Tensor)(index)  # the same rule, unchecked (upsampling)
 
 
 def _put_mask(x, indices, values, accumulate):
@@ -120,8 +138,9 @@ def _masks_as_indices(indices):
     return expanded
 
 
-@lowering(aten.index_put.default, aten._unsafe_index_put.default)
+@lowering(aten.index_put.default, checked=True)
 def index_put(ctx, x, indices, values, accumulate=False):
+    _check_indices(ctx, x, indices)
     masks = [i for i in indices if _is_mask(i)]
     if masks:
         if len(masks) == 1 and all(i is None or _is_mask(i) for i in indices):
@@ -132,15 +151,24 @@ def index_put(ctx, x, indices, values, accumulate=False):
     return _update(at, "add" if accumulate else "set", x.dtype)(values)
 
 
-@lowering(aten.index_select.default)
+lowering(aten._unsafe_index_put.default)(index_put)  # unchecked
+
+
+_IN_SELF = "index out of range in self"
+
+
+@lowering(aten.index_select.default, checked=True)
 def index_select(ctx, x, dim, idx):
+    check_index(ctx, idx, x.shape[_dim(dim, x.ndim)] if x.ndim else 1, "IndexError", _IN_SELF)
     if x.ndim == 0:
         return jnp.take(x.reshape(1), idx.reshape(-1), axis=0).reshape(ctx.shape)
     return jnp.take(x, idx.reshape(-1), axis=_dim(dim, x.ndim)).reshape(ctx.shape)
 
 
-@lowering(aten.take.default)
+@lowering(aten.take.default, checked=True)
 def take(ctx, x, idx):
+    message = f"out of range: tried to access index {{value}} on a tensor of {x.size} elements."
+    check_index(ctx, idx, x.size, "IndexError", message, negative=True)
     return jnp.take(x.reshape(-1), idx)
 
 
@@ -149,8 +177,16 @@ def _along(x, dim, idx):
     return (slice(None),) * _dim(dim, x.ndim) + (idx.reshape(-1),)
 
 
-@lowering(aten.index_add.default)
+def _check_along(ctx, x, dim, idx, error, message=None, negative=False, prefix=""):
+    """An index along ``dim`` of ``x`` (a 0-d ``x`` counts as size 1)."""
+    d = _dim(dim, x.ndim)
+    size = x.shape[d] if x.ndim else 1
+    check_index(ctx, idx, size, error, message or bounds_message(d, size, prefix), negative)
+
+
+@lowering(aten.index_add.default, checked=True)
 def index_add(ctx, x, dim, idx, source, *, alpha=1):
+    _check_along(ctx, x, dim, idx, "IndexError", _IN_SELF)
     flat = x.reshape(1) if x.ndim == 0 else x
     source = source.reshape(1) if source.ndim == 0 else source
     if not (type(alpha) in (int, float) and alpha == 1):
@@ -159,15 +195,17 @@ def index_add(ctx, x, dim, idx, source, *, alpha=1):
     return add(source.astype(x.dtype)).reshape(ctx.shape)
 
 
-@lowering(aten.index_copy.default)
+@lowering(aten.index_copy.default, checked=True)
 def index_copy(ctx, x, dim, idx, source):
+    _check_along(ctx, x, dim, idx, "IndexError", prefix="index_copy_(): ")
     flat = x.reshape(1) if x.ndim == 0 else x
     source = source.reshape(1) if source.ndim == 0 else source
     return flat.at[_along(flat, dim, idx)].set(source.astype(x.dtype)).reshape(ctx.shape)
 
 
-@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+@lowering(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor, checked=True)
 def index_fill(ctx, x, dim, idx, value):
+    _check_along(ctx, x, dim, idx, "IndexError", negative=True)
     flat = x.reshape(1) if x.ndim == 0 else x
     value = jnp.asarray(value).astype(x.dtype)
     return flat.at[_along(flat, dim, idx)].set(value).reshape(ctx.shape)
@@ -187,8 +225,9 @@ def _as_1d(*arrays):
     return [a.reshape(1) if a.ndim == 0 else a for a in arrays]
 
 
-@lowering(aten.gather.default)
+@lowering(aten.gather.default, checked=True)
 def gather(ctx, x, dim, idx, sparse_grad=False):
+    _check_along(ctx, x, dim, idx, "RuntimeError")
     if idx.size == 0:  # torch takes an empty index of any rank: nothing is read
         return jnp.zeros(ctx.shape, x.dtype)
     x1, idx1 = _as_1d(x, idx)
@@ -226,6 +265,7 @@ def _update(at, kind: str, dtype):
 
 
 def _scatter(ctx, x, dim, idx, src, reduce=None, include_self=True):
+    _check_along(ctx, x, dim, idx, "RuntimeError")
     if idx.size == 0:  # an empty index of any rank writes nothing
         return x.reshape(ctx.shape)
     x1, idx1 = _as_1d(x, idx)
@@ -264,22 +304,22 @@ def _scatter(ctx, x, dim, idx, src, reduce=None, include_self=True):
     return _update(base.at[grid], _AT[reduce], x.dtype)(src).reshape(ctx.shape)
 
 
-@lowering(aten.scatter.src, aten.scatter.value)
+@lowering(aten.scatter.src, aten.scatter.value, checked=True)
 def scatter(ctx, x, dim, idx, src):
     return _scatter(ctx, x, dim, idx, src)
 
 
-@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce, checked=True)
 def scatter_reduce_legacy(ctx, x, dim, idx, src, *, reduce):
     return _scatter(ctx, x, dim, idx, src, reduce)
 
 
-@lowering(aten.scatter_add.default)
+@lowering(aten.scatter_add.default, checked=True)
 def scatter_add(ctx, x, dim, idx, src):
     return _scatter(ctx, x, dim, idx, src, "add")
 
 
-@lowering(aten.scatter_reduce.two)
+@lowering(aten.scatter_reduce.two, checked=True)
 def scatter_reduce(ctx, x, dim, idx, src, reduce, *, include_self=True):
     return _scatter(ctx, x, dim, idx, src, reduce, include_self)
 

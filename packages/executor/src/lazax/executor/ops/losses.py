@@ -36,9 +36,12 @@ def _nll_terms(x, target, weight, ignore_index):
     return jnp.where(valid, w, 0), safe, axis
 
 
-@lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+@lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, checked=True)
 def nll_loss_forward(ctx, x, target, weight, reduction, ignore_index):
     w, safe, axis = _nll_terms(x, target, weight, ignore_index)
+    classes = x.shape[axis]
+    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
+    ctx.check(bad, target, "IndexError", "Target {value} is out of bounds.")
     picked = jnp.take_along_axis(x, jnp.expand_dims(safe, axis), axis=axis)
     losses = -jnp.squeeze(picked, axis).astype(w.dtype) * w
     total_weight = jnp.sum(w)
@@ -94,8 +97,10 @@ def bce_with_logits(ctx, x, target, weight=None, pos_weight=None, reduction=1):
     return _reduce(losses, reduction)
 
 
-@lowering(aten.binary_cross_entropy.default)
+@lowering(aten.binary_cross_entropy.default, checked=True)
 def binary_cross_entropy(ctx, x, target, weight=None, reduction=1):
+    outside = ~((x >= 0) & (x <= 1))  # NaN too, as torch's check reads
+    ctx.check(outside, None, "RuntimeError", "all elements of input should be between 0 and 1")
     acc = acc_dtype(ctx.dtype)
     x, target = x.astype(acc), target.astype(acc)
     # torch clamps the logs at -100 so that 0 * log(0) stays finite.

@@ -244,8 +244,11 @@ def native_batch_norm_backward(
 # -- embedding -------------------------------------------------------------------------
 
 
-@lowering(aten.embedding.default)
+@lowering(aten.embedding.default, checked=True)
 def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    size = weight.shape[0]
+    bad = (indices < 0) | (indices >= size)
+    ctx.check(bad, indices, "IndexError", "index out of range in self")
     return jnp.take(weight, indices, axis=0)
 
 

@@ -60,13 +60,25 @@ def bernoulli_p(ctx, x, p=0.5, *, generator=None):
     return _uniform(ctx) < p
 
 
-@lowering(aten.bernoulli.default, random=True)
+_BERNOULLI_P = (
+    "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error "
+    "message be improved?  If so, please report an enhancement request to PyTorch.)"
+)
+
+
+def _check_probability(ctx, p):
+    ctx.check(~((p >= 0) & (p <= 1)), None, "RuntimeError", _BERNOULLI_P)
+
+
+@lowering(aten.bernoulli.default, random=True, checked=True)
 def bernoulli(ctx, probs, *, generator=None):
+    _check_probability(ctx, probs)
     return _uniform(ctx) < probs
 
 
-@lowering(aten.bernoulli.Tensor, random=True)
+@lowering(aten.bernoulli.Tensor, random=True, checked=True)
 def bernoulli_tensor(ctx, x, p, *, generator=None):
+    _check_probability(ctx, p)
     return _uniform(ctx) < p
 
 
@@ -128,8 +140,18 @@ def cauchy(ctx, x, median=0.0, sigma=1.0, *, generator=None):
     return median + sigma * jax.random.cauchy(ctx.key, ctx.shape, _float(ctx.dtype))
 
 
-@lowering(aten.multinomial.default, random=True)
+@lowering(aten.multinomial.default, random=True, checked=True)
 def multinomial(ctx, probs, num_samples, replacement=False, *, generator=None):
+    ctx.check(
+        ~jnp.isfinite(probs) | (probs < 0),
+        None,
+        "RuntimeError",
+        "probability tensor contains either `inf`, `nan` or element < 0",
+    )
+    empty = jnp.sum(probs.astype(_float(probs.dtype)), axis=-1) <= 0
+    ctx.check(
+        empty, None, "RuntimeError", "invalid multinomial distribution (sum of probabilities <= 0)"
+    )
     logits = jnp.log(probs.astype(_float(probs.dtype)))
     if replacement:
         batch = logits.shape[:-1]
