@@ -7,6 +7,10 @@ views), returning every name it bound, inputs included, so that a write through 
 is seen in the base it reached. Being source, a failing example prints as a torch
 program a developer can paste into a regular test.
 
+A quarter of the programs end with a statement that reads out of range (an index past
+a dimension, a class target past the classes: ``_bad_statement``); torch raises for it
+on the CPU, and every mode must raise the same type and message (device-side checks).
+
 ``programs()`` builds one statement at a time and runs each candidate on the CPU
 first, against a fresh run of the program so far: a statement torch rejects (a shape
 that does not broadcast, a ``view`` of a non-viewable layout, an in-place write that
@@ -60,6 +64,8 @@ class Program:
     body: tuple[str, ...]
     names: tuple[str, ...]  # every name bound, in order; all are returned
     magnitude: float  # the largest finite |value| any name held on the CPU
+    # The last statement reads out of range: torch's (exception type, first line).
+    raises: tuple[str, str] | None = None
 
     @property
     def source(self) -> str:
@@ -135,8 +141,23 @@ class _Builder:
         self.magnitude = max(self.magnitude, magnitude)
         return True
 
-    def build(self) -> Program:
-        return Program(tuple(self.inputs), tuple(self.body), tuple(self.names), self.magnitude)
+    def try_bad_statement(self, statement: str) -> tuple[str, str] | None:
+        """Append ``statement`` if torch raises for it because of a value (an index out
+        of range, a class target past the classes): what it raises."""
+        try:
+            self._run([*self.body, statement])
+        except (IndexError, RuntimeError) as err:
+            first = str(err).splitlines()[0]
+            if "out of bounds" not in first and "out of range" not in first:
+                return None  # a shape or dtype error, not a value
+            self.body.append(statement)
+            self.names.append(statement.split(" = ")[0])  # returned: read, so it runs
+            return type(err).__name__, first
+        return None
+
+    def build(self, raises=None) -> Program:
+        body, names = tuple(self.body), tuple(self.names)
+        return Program(tuple(self.inputs), body, names, self.magnitude, raises)
 
 
 def _finite_max(t: torch.Tensor) -> float:
@@ -312,7 +333,36 @@ def programs(draw, max_statements: int = 24) -> Program:
         attempts += 1
         statement, binds = draw(_statement(b))
         b.try_statement(statement, binds)
-    return b.build()
+    raises = None
+    if draw(st.integers(0, 3)) == 0:  # a quarter of the programs end reading out of range
+        raises = b.try_bad_statement(draw(_bad_statement(b)))
+    return b.build(raises)
+
+
+@st.composite
+def _bad_statement(draw, b: _Builder) -> str:
+    """A statement whose indices or targets lie out of range (torch raises for them)."""
+    a = draw(st.sampled_from([n for n in b.names if b.values[n].dim() > 0] or b.names))
+    t = b.values[a]
+    size = t.shape[0] if t.dim() else 1
+    past = draw(st.sampled_from([size, size + 2, -size - 1]))
+    idx = f"torch.full(({draw(st.integers(1, 3))},), {past}, device={a}.device)"
+    kind = draw(st.sampled_from(["index", "index_select", "take", "gather", "embed", "nll"]))
+    if kind == "index":
+        return f"{b.fresh()} = {a}[{idx}]"
+    if kind == "index_select":
+        return f"{b.fresh()} = {a}.index_select(0, {idx})"
+    if kind == "take":
+        return f"{b.fresh()} = {a}.take(torch.full((2,), {t.numel() + 1}, device={a}.device))"
+    if kind == "gather" and t.dim():
+        shape = (1,) * t.dim()
+        return f"{b.fresh()} = {a}.gather(0, torch.full({shape}, {past}, device={a}.device))"
+    if kind == "embed" and t.dim() == 2 and t.is_floating_point():
+        return f"{b.fresh()} = torch.nn.functional.embedding({idx}, {a})"
+    if kind == "nll" and t.dim() == 2 and t.is_floating_point():
+        target = f"torch.full(({size},), {t.shape[1] + 1}, device={a}.device)"
+        return f"{b.fresh()} = torch.nn.functional.nll_loss({a}, {target})"
+    return f"{b.fresh()} = {a}[{idx}]"
 
 
 def kept(inputs: list[tuple[tuple[int, ...], torch.dtype]], body: str) -> Program:
@@ -374,9 +424,20 @@ def compare(program: Program, got, expected, what: str) -> None:
 
 
 def check(program: Program, mode: str) -> None:
-    """``program`` in ``mode`` matches torch on the CPU, on two sets of inputs."""
+    """``program`` in ``mode`` matches torch on the CPU, on two sets of inputs (or,
+    where its last statement reads out of range, raises what torch raises)."""
     run = runner(program, mode)
     for seed in (1, 2):
         inputs = program.make_inputs(seed)
+        if program.raises is not None:
+            try:
+                run(inputs)
+            except (IndexError, RuntimeError) as err:
+                got = (type(err).__name__, str(err).splitlines()[0])
+                assert got == program.raises, f"{mode} mode, call {seed}: {got}"
+                continue
+            raise AssertionError(
+                f"{mode} mode, call {seed}: no error; torch raises {program.raises}"
+            )
         expected = program.function()(*[t.clone() for t in inputs])
         compare(program, run(inputs), expected, f"{mode} mode, call {seed}")

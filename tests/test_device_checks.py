@@ -180,6 +180,19 @@ def test_eager_raises_at_the_op():
         assert x.index_select(0, torch.tensor([4]).to(DEV)).cpu().tolist() == [4.0]
 
 
+def test_an_eager_in_place_write_out_of_range_leaves_its_target_as_it_was():
+    x = torch.arange(5.0).to(DEV)
+    view = x[1:]
+    with lx.eager_mode_context(True):
+        with pytest.raises(IndexError, match="index 9 is out of bounds"):
+            x[torch.tensor([9]).to(DEV)] = 7.0
+        with pytest.raises(IndexError, match="index 4 is out of bounds"):
+            view.index_fill_(0, torch.tensor([4]).to(DEV), -1.0)
+        x.add_(1)  # the tensors go on working
+    assert x.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert view.cpu().tolist() == [2.0, 3.0, 4.0, 5.0]
+
+
 def test_checks_compile_once_and_read_nothing_inside_a_full_graph_region():
     w = torch.randn(6, 4).to(DEV)
 

@@ -383,6 +383,11 @@ _VIEW_AS = {
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    if t.dim() > 64:  # numpy's limit, and torch's kernels' (its CPU error, word for word)
+        raise RuntimeError(
+            f"only tensors with up to 64 dims are supported (lazax cannot hold this "
+            f"{t.dim()}-dimensional tensor)"
+        )
     t = t.detach()
     if t.is_conj():
         t = t.resolve_conj()

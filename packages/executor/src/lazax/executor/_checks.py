@@ -28,7 +28,8 @@ Contract:
   * a graph that donated its inputs (or a dynamo replay): the inputs are gone, so the
     tensors hold the graph's results, computed with the bad values clamped;
   * eager mode: each op's checks are read as it runs, so the op itself raises (as on
-    the CPU) and its outputs are never handed out.
+    the CPU) and its outputs are never handed out; an in-place op leaves its target as
+    it was (``_dispatch``).
   Only that execution's checks are dropped; later executions are checked in turn.
 """
 
@@ -38,13 +39,14 @@ import builtins
 import os
 import sys
 from collections import deque
+from contextlib import contextmanager
 
 from lazax import ir
 
 from ._debug import _is_library
 from ._tensor import Storage
 
-__all__ = ["CHECKS", "trace_site"]
+__all__ = ["CHECKS", "is_check_error", "restored_if_check_fails", "trace_site"]
 
 # Executions whose flags may wait unread (each keeps its inputs, for the undo) before a
 # sync waits for the oldest.
@@ -158,7 +160,29 @@ class DeviceChecks:
             f"{where}{graph}; reported {when}. {_STATE[item.kept].format(reverted=reverted)} "
             f"(LAZAX_CHECKS=0 turns these checks off.)"
         )
-        return getattr(builtins, error)(message.format(value=value) + note)
+        err = getattr(builtins, error)(message.format(value=value) + note)
+        err.lazax_device_check = True  # what ``is_check_error`` reads
+        return err
+
+
+def is_check_error(err: BaseException) -> bool:
+    """Whether ``err`` was raised by a failed device-side check."""
+    return getattr(err, "lazax_device_check", False)
+
+
+@contextmanager
+def restored_if_check_fails(before: list):
+    """Around an eager in-place op's sync: ``before`` lists ``(storage, value)``; when a
+    check fails, each storage gets its value back (its IR held the bad write), so the
+    target is unchanged, as on the CPU."""
+    try:
+        yield
+    except Exception as err:
+        if is_check_error(err):
+            for storage, value in before:
+                if storage.value is not value:
+                    storage.set(value)
+        raise
 
 
 def _revert(targets, roots, results, bad: set[int]) -> int:

@@ -26,9 +26,10 @@ from lazax import ir
 from lazax.pjrt import numpy_dtype
 
 from ._barrier import EXECUTOR, from_cpu
-from ._checks import CHECKS, trace_site
+from ._checks import CHECKS, restored_if_check_fails, trace_site
 from ._device import RNG
 from ._fallback import fallback
+from ._out_checks import checked_out
 from ._plans import (
     FALLBACK,
     FUNCTIONAL,
@@ -138,13 +139,20 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
     if kind == INPLACE:
         target = args[0]
         targets = target if isinstance(target, (list, tuple)) else (target,)
+        if info.checked and EXECUTOR.eager:  # what a failed check puts back
+            before = [(t._lz_storage, t._lz_storage.value) for t in targets]
         for t, v in zip(targets, outputs):
             write(t, v)
         if EXECUTOR.eager:
             # This frame's references to the new IR would read as holders of the old
             # buffer, and keep the sync from donating it.
             del values, node, outputs, v
-            EXECUTOR.sync_storages([t._lz_storage for t in targets])
+            storages = [t._lz_storage for t in targets]
+            if not info.checked:
+                EXECUTOR.sync_storages(storages)
+            else:
+                with restored_if_check_fails(before):
+                    EXECUTOR.sync_storages(storages)
         return target if plan.returns_self else None
     layouts = info.layouts
     if kind == VIEW:
@@ -333,9 +341,9 @@ def _make_handler(func):
             functional = _functional_counterpart(func, drop_out=True)
             rule = get_lowering(functional) if functional is not None else None
             if rule is None or _is_view(functional):
-                return lambda args, kwargs: fallback(func, args, kwargs)
+                return checked_out(func, lambda args, kwargs: fallback(func, args, kwargs))
             plan = OpPlan(functional, functional.name(), FUNCTIONAL, rule.random)
-            return lambda args, kwargs: _run_out(func, plan, args, kwargs)
+            return checked_out(func, lambda args, kwargs: _run_out(func, plan, args, kwargs), plan)
         inplace_self = first.alias_info is not None and first.alias_info.is_write
         functional = _functional_counterpart(func) if inplace_self else None
         rule = get_lowering(functional) if functional is not None else None

@@ -10,7 +10,8 @@ scalars only their Python type, so a new learning rate never misses.
 On a miss the output specs come from torch's own meta kernels, run once per key, so
 dtypes, shapes, view strides and error messages are torch's. If the meta kernel
 rejects the call, the same call is tried on empty CPU tensors, so the user sees the CPU
-error type and message (what they would see on "cpu" or "cuda").
+error type and message (what they would see on "cpu" or "cuda"). Checks the CPU kernel
+makes and the meta kernel skips (``ops._arguments``) run once the meta kernel accepts.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from lazax import ir
 from ._dtypes import dtype_name
 from ._tensor import Layout, LazyTensor
 from .ops import checked_ops
+from .ops._arguments import argument_check_for
 
 __all__ = [
     "FALLBACK",
@@ -213,6 +215,9 @@ class OpPlan:
                 self.cache[key] = FALLBACK
                 raise NeedsFallback(str(meta_error)) from meta_error
             raise meta_error
+        check = argument_check_for(self.lowering_name)
+        if check is not None:  # what the CPU kernel rejects and the meta kernel does not
+            check(*args, **kwargs)
         counter = [0]
         args_t = tuple(_template(a, s, counter) for a, s in zip(args, self.slots))
         args_t += tuple(_template(a, 0, counter) for a in args[len(self.slots) :])

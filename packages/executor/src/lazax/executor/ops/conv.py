@@ -5,7 +5,8 @@ Contract: a convolution accumulates float16/bfloat16 inputs in float32
 (``_nn_common.acc_dtype``) and 32/64-bit ones at full (``HIGHEST``) precision, as
 torch's CPU kernels do, and is cast to torch's output dtype once at the end; its
 backward is the exact adjoint of the forward (``jax.vjp``) and returns only the
-gradients ``output_mask`` asks for. Padding's backward is the ``jax.vjp`` of its
+gradients ``output_mask`` asks for. Bad stride, padding, dilation or groups raise the CPU
+kernel's error when the call is traced. Padding's backward is the ``jax.vjp`` of its
 forward. ``int[n]`` arguments may be one int or a 1-list, as torch allows.
 """
 
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._arguments import argument_check
 from ._nn_common import acc_dtype, expand, vjp_of
 from ._registry import lowering
 
@@ -75,6 +77,24 @@ def _conv_fn(stride, padding, dilation, transposed, output_padding, groups, n, a
         )
 
     return conv
+
+
+@argument_check(aten.convolution.default)
+def check_convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """``_convolution``'s checks, in its order, that the meta kernel skips."""
+    if w.dim() < 3:
+        raise RuntimeError("weight should have at least three dimensions")
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    n = w.dim() - 2
+    if any(p < 0 for p in expand(padding, n)):
+        raise RuntimeError("negative padding is not supported")
+    if any(p < 0 for p in expand(output_padding, n)):
+        raise RuntimeError("negative output_padding is not supported")
+    if any(s <= 0 for s in expand(stride, n)):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(d < 1 for d in expand(dilation, n)):
+        raise RuntimeError("dilation should be greater than zero")
 
 
 @lowering(aten.convolution.default)

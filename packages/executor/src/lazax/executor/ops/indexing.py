@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._arguments import argument_check
 from ._bounds import bounds_message, check_index
 from ._registry import lowering
 
@@ -182,6 +183,22 @@ def _check_along(ctx, x, dim, idx, error, message=None, negative=False, prefix="
     d = _dim(dim, x.ndim)
     size = x.shape[d] if x.ndim else 1
     check_index(ctx, idx, size, error, message or bounds_message(d, size, prefix), negative)
+
+
+@argument_check(aten.index_add.default)
+def check_index_add(x, dim, index, source, *, alpha=1):
+    """``index_add``'s shape check, which the meta kernel skips."""
+    self_sizes, source_sizes = list(x.shape), list(source.shape)
+    if source.dim() != 0 and x.dim() != 0:
+        d = dim % x.dim()
+        del self_sizes[d]
+        if d < len(source_sizes):
+            del source_sizes[d]
+    if self_sizes != source_sizes:
+        raise RuntimeError(
+            "source tensor shape must match self tensor shape, excluding the specified "
+            f"dimension. Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}"
+        )
 
 
 @lowering(aten.index_add.default, checked=True)

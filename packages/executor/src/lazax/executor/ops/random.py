@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from ._arguments import argument_check, scalar_type_name, type_meta_name
 from ._registry import lowering
 
 aten = torch.ops.aten
@@ -188,3 +189,63 @@ def native_dropout_backward(ctx, grad, mask, scale):
     if grad.dtype != jnp.bool_:  # a bool grad gives float32, the factor unrounded
         factor = factor.astype(grad.dtype).astype(acc)
     return (grad.astype(acc) * factor).astype(ctx.dtype)
+
+
+# -- argument checks: what the CPU kernels reject and the meta kernels let through -----
+
+
+@argument_check(aten.uniform.default)
+def check_uniform(x, low=0.0, high=1.0, *, generator=None):
+    """``uniform_``'s bounds checks (``check_uniform_bounds``)."""
+    if not x.dtype.is_floating_point:
+        return
+    info = torch.finfo(x.dtype)
+    for value, name in ((low, "from"), (high, "to")):
+        if not info.min <= value <= info.max:
+            raise RuntimeError(f"{name} is out of bounds for {type_meta_name(x.dtype)}")
+    if low > high:
+        raise RuntimeError(
+            f"uniform_ expects to return a [from, to) range, but found from={low:g} > to={high:g}"
+        )
+    if high - low > info.max:
+        raise RuntimeError(
+            f"uniform_ expects to-from <= std::numeric_limits<{scalar_type_name(x.dtype)}>::max(), "
+            f"but found to={high:g} and from={low:g} which result in to-from to exceed the limit"
+        )
+
+
+def _check_samples(probs, num_samples: int, replacement: bool) -> None:
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    categories = probs.shape[-1]
+    if not replacement and num_samples > categories:
+        raise RuntimeError(
+            "cannot sample n_sample > prob_dist.size(-1) samples without replacement"
+        )
+    if categories > 1 << 24:  # the CPU kernel draws category indices in float32
+        raise RuntimeError("number of categories cannot exceed 2^24")
+
+
+def _check_floating(probs) -> None:
+    if not probs.dtype.is_floating_point:
+        raise RuntimeError(
+            "multinomial only supports floating-point dtypes for input, got: "
+            f"{scalar_type_name(probs.dtype)}"
+        )
+
+
+@argument_check(aten.multinomial.default)
+def check_multinomial(probs, num_samples, replacement=False, *, generator=None):
+    """``multinomial_out``'s checks after the dimension check (the meta kernel's)."""
+    _check_floating(probs)
+    _check_samples(probs, num_samples, replacement)
+
+
+@argument_check(aten.multinomial.out)
+def check_multinomial_out(probs, num_samples, replacement=False, *, generator=None, out):
+    _check_floating(probs)
+    if out.dtype != torch.int64:
+        raise RuntimeError(
+            f"multinomial expects Long tensor out, got: {scalar_type_name(out.dtype)}"
+        )
+    _check_samples(probs, num_samples, replacement)

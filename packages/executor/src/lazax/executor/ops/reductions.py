@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from ._arguments import argument_check, type_meta_name
 from ._registry import lowering
 
 aten = torch.ops.aten
@@ -70,6 +71,17 @@ def amax(ctx, x, dim=(), keepdim=False):
 @lowering(aten.amin.default, aten.min.default)
 def amin(ctx, x, dim=(), keepdim=False):
     return jnp.min(x, _axes(x, dim), keepdims=True).reshape(ctx.shape)
+
+
+@argument_check(aten.aminmax.out)
+def check_aminmax_out(x, *, dim=None, keepdim=False, min, max):
+    """The structured kernel's out dtype check (the meta kernel casts instead)."""
+    for out in (min, max):
+        if out.dtype != x.dtype:
+            raise RuntimeError(
+                f"Expected out tensor to have dtype {type_meta_name(x.dtype)}, but got "
+                f"{type_meta_name(out.dtype)} instead"
+            )
 
 
 @lowering(aten.aminmax.default)

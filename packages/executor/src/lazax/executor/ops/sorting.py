@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._arguments import argument_check
 from ._registry import lowering
 
 aten = torch.ops.aten
@@ -78,6 +79,14 @@ def searchsorted(ctx, seq, values, *, out_int32=False, right=False, side=None, s
         # Nothing to search, or an empty sequence: every value goes at position 0.
         return jnp.zeros(ctx.shape, ctx.dtype)
     return _searchsorted(seq, values, right or side == "right", sorter)
+
+
+@argument_check(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def check_bucketize(values, boundaries, *, out_int32=False, right=False):
+    if boundaries.dim() != 1:
+        raise RuntimeError(
+            f"boundaries tensor must be 1 dimension, but got dim({boundaries.dim()})"
+        )
 
 
 @lowering(aten.bucketize.Tensor, aten.bucketize.Scalar)
