@@ -160,6 +160,8 @@ class DeviceChecks:
             f"{where}{graph}; reported {when}. {_STATE[item.kept].format(reverted=reverted)} "
             f"(LAZAX_CHECKS=0 turns these checks off.)"
         )
+        if type(message) is tuple:  # the value chose among several messages
+            message = message[value]
         err = getattr(builtins, error)(message.format(value=value) + note)
         err.lazax_device_check = True  # what ``is_check_error`` reads
         return err

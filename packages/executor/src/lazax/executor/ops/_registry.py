@@ -60,9 +60,10 @@ class LoweringContext:
     # (any bad, first bad value, error name, message) per ``check``; None: checks off.
     checks: list | None = None
 
-    def check(self, bad, values, error: str, message: str) -> None:
+    def check(self, bad, values, error: str, message) -> None:
         """Report ``error`` (a builtin exception's name) with ``message`` (``{value}``:
-        the first element of ``values`` where ``bad`` holds) if any ``bad`` is true."""
+        the first element of ``values`` where ``bad`` holds) if any ``bad`` is true.
+        ``message`` may be a tuple: the first bad value picks the message."""
         if self.checks is None or bad.size == 0:
             return
         flat = bad.reshape(-1)

@@ -141,14 +141,25 @@ def cauchy(ctx, x, median=0.0, sigma=1.0, *, generator=None):
     return median + sigma * jax.random.cauchy(ctx.key, ctx.shape, _float(ctx.dtype))
 
 
+_ENTRY_MESSAGES = (
+    "invalid multinomial distribution (encountering probability entry < 0)",
+    "invalid multinomial distribution (encountering probability entry = infinity or NaN)",
+)
+
+
 @lowering(aten.multinomial.default, random=True, checked=True)
 def multinomial(ctx, probs, num_samples, replacement=False, *, generator=None):
-    ctx.check(
-        ~jnp.isfinite(probs) | (probs < 0),
-        None,
-        "RuntimeError",
-        "probability tensor contains either `inf`, `nan` or element < 0",
-    )
+    if replacement and num_samples > 1:
+        # torch's sampling kernel checks element by element: the first bad one says.
+        code = jnp.where(~(probs >= 0), 0, jnp.where(~jnp.isfinite(probs), 1, -1))
+        ctx.check(code >= 0, code, "RuntimeError", _ENTRY_MESSAGES)
+    else:
+        ctx.check(
+            ~jnp.isfinite(probs) | (probs < 0),
+            None,
+            "RuntimeError",
+            "probability tensor contains either `inf`, `nan` or element < 0",
+        )
     empty = jnp.sum(probs.astype(_float(probs.dtype)), axis=-1) <= 0
     ctx.check(
         empty, None, "RuntimeError", "invalid multinomial distribution (sum of probabilities <= 0)"
