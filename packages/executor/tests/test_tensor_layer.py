@@ -8,7 +8,7 @@ import torch
 
 import lazax.executor as lx
 from lazax import ir
-from lazax.executor import _barrier
+from lazax.executor import _transfer
 
 DEV = lx.device()
 
@@ -196,7 +196,7 @@ def test_reading_views_of_materialised_data_compiles_nothing(dtype):
 
 
 def test_a_small_view_of_a_large_base_is_gathered_on_the_device(monkeypatch):
-    monkeypatch.setattr(_barrier, "HOST_SLICE_MAX_ELEMENTS", 16)
+    monkeypatch.setattr(_transfer, "HOST_SLICE_MAX_ELEMENTS", 16)
     cpu = torch.arange(64.0).reshape(8, 8)
     x = cpu.to(DEV) * 1
     lx.sync_tensors_graph([x])

@@ -18,7 +18,7 @@ register()
 from . import metrics  # noqa: E402
 from ._autocast import install as _install_autocast  # noqa: E402
 from ._autocast import missing_policies as autocast_missing_policies  # noqa: E402
-from ._barrier import EXECUTOR, GraphExecutor, from_cpu, to_cpu  # noqa: E402
+from ._barrier import EXECUTOR, GraphExecutor  # noqa: E402
 from ._checks import CHECKS  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
@@ -38,6 +38,7 @@ from ._sharding import signature as sharding_signature  # noqa: E402
 from ._special import register_kernels  # noqa: E402
 from ._storages import install as _install_storages  # noqa: E402
 from ._tensor import Layout, LazyTensor, Storage, ir_value, new_alias, new_tensor, rebind  # noqa: E402
+from ._transfer import from_cpu, to_cpu  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .ops import (  # noqa: E402
     DuplicateLoweringError,

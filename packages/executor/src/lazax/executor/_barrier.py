@@ -32,14 +32,10 @@ locked. Mode flags (eager, graph name, allow-execution) are process-wide.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import warnings
 from time import perf_counter
-
-import numpy as np
-import torch
 
 from lazax import cache as lazax_cache
 from lazax import ir, pjrt
@@ -47,14 +43,13 @@ from lazax import ir, pjrt
 from . import metrics
 from ._checks import CHECKS
 from ._donation import DonationPolicy
-from ._dtypes import dtype_name, torch_dtype
 from ._keys import KeyParts, RecompileLog
 from ._lowering import lower
 from ._map_guard import MapGuard
 from ._oom import out_of_memory
-from ._tensor import COMMIT_LOCK, PENDING, LazyTensor, Storage, ir_value
+from ._tensor import COMMIT_LOCK, PENDING, Storage, ir_value
 
-__all__ = ["EXECUTOR", "GraphExecutor", "from_cpu", "to_cpu"]
+__all__ = ["EXECUTOR", "GraphExecutor"]
 
 
 class GraphExecutor:
@@ -270,12 +265,16 @@ class GraphExecutor:
             self.runtime.wait([s.value.node.data for s in storages if not s.pending])
             self.read_checks()
 
-    def read_checks(self) -> None:
-        """Raise the first failed device-side check of anything executed so far,
-        waiting for those executions (a read to the host, ``wait_device_ops``)."""
+    def read_checks(self, wait: bool = True) -> None:
+        """Raise the first failed device-side check of what has run: of everything
+        executed so far, waiting for it (``wait_device_ops``, ``sync(wait=True)``), or
+        (``wait=False``, after a read to the host) of every execution that finished."""
         if CHECKS.unread:
             with self.sync_lock:
-                CHECKS.resolve(self.runtime)
+                if wait:
+                    CHECKS.resolve(self.runtime)
+                else:
+                    CHECKS.read_finished(self.runtime)
 
     def wait(self, tensors) -> None:
         buffers = []
@@ -372,99 +371,3 @@ class GraphExecutor:
 EXECUTOR = GraphExecutor()
 
 from . import _sharding as sharding  # noqa: E402  (it reads EXECUTOR from here)
-
-# -- host <-> device ---------------------------------------------------------------
-
-_VIEW_AS = {
-    torch.bfloat16: torch.int16,
-    torch.float8_e4m3fn: torch.uint8,
-    torch.float8_e5m2: torch.uint8,
-}
-
-
-def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    if t.dim() > 64:  # numpy's limit, and torch's kernels' (its CPU error, word for word)
-        raise RuntimeError(
-            f"only tensors with up to 64 dims are supported (lazax cannot hold this "
-            f"{t.dim()}-dimensional tensor)"
-        )
-    t = t.detach()
-    if t.is_conj():
-        t = t.resolve_conj()
-    if t.is_neg():
-        t = t.resolve_neg()
-    t = t.contiguous()
-    carrier = _VIEW_AS.get(t.dtype)
-    # A copy: on the CPU, PJRT may adopt the host buffer without copying, and the
-    # user's CPU tensor must not alias the device value.
-    if carrier is None:
-        return t.numpy().copy()
-    return t.view(carrier).numpy().view(pjrt.numpy_dtype(dtype_name(t.dtype))).copy()
-
-
-def from_cpu(t: torch.Tensor, device_index: int = 0) -> ir.Value:
-    """Upload a CPU tensor; returns its device-data value."""
-    runtime = EXECUTOR.runtime
-    with metrics.timed("TransferToDeviceTime"):
-        try:
-            buf = runtime.to_device(_to_numpy(t), runtime.devices[device_index])
-        except pjrt.DeviceOutOfMemory as err:
-            shape = f"{dtype_name(t.dtype)}{list(t.shape)}"
-            what = f"a transfer of {shape} to the device"
-            raise out_of_memory(err, what, None, runtime) from err
-    return ir.device_data(ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype)), buf)
-
-
-# A view of materialised data is read by copying its base to the host and slicing it
-# there (no compile per distinct view: printing x[i] in a loop compiles nothing) when
-# the base is small, or not much larger than the view.
-HOST_SLICE_MAX_ELEMENTS = 1 << 20
-
-
-def to_cpu(t: LazyTensor) -> torch.Tensor:
-    """``t``'s value as a new CPU tensor (syncs and waits; raises the first failed
-    device-side check of anything run so far)."""
-    if EXECUTOR.capture_guard is not None:
-        EXECUTOR.capture_guard("a read of device data to the host")
-    view = t._lz_view
-    if view is not None:
-        storage = t._lz_storage
-        base = storage.spec
-        base_dtype = torch_dtype(base.dtype)
-        base_numel = math.prod(base.shape)
-        base_bytes = base_numel * base_dtype.itemsize
-        if base_numel <= HOST_SLICE_MAX_ELEMENTS or base_bytes <= 4 * t.numel() * t.itemsize:
-            if storage.pending and base_dtype != t.dtype:
-                # A view that reinterprets the bytes (torch.save reads every storage as
-                # bytes): run the base, then reinterpret on the host, not in a program
-                # compiled per shape.
-                EXECUTOR.sync_storages([storage])
-            if not storage.pending:
-                whole = _host_tensor(storage.value.node.data, base_dtype, base.shape).reshape(-1)
-                if base_dtype != t.dtype:
-                    whole = whole.view(t.dtype)
-                size, stride, offset = view
-                out = whole.as_strided(size, stride, offset).clone()
-                EXECUTOR.read_checks()
-                return out
-    EXECUTOR.sync_tensors_graph([t], wait=False)
-    out = _host_tensor(ir_value(t).node.data, t.dtype, t.shape)
-    # A value computed with an index out of range must not reach the user unflagged.
-    EXECUTOR.read_checks()
-    return out
-
-
-def _host_tensor(buffer, dtype: torch.dtype, shape) -> torch.Tensor:
-    with metrics.timed("TransferFromDeviceTime"):
-        array = EXECUTOR.runtime.to_host(buffer)
-    carrier = _VIEW_AS.get(dtype)
-    if carrier is not None:
-        array = array.view(np.dtype(str(carrier).replace("torch.", "")))
-    if not array.flags.writeable:
-        array = array.copy()
-    out = torch.from_numpy(array)
-    if carrier is not None:
-        out = out.view(dtype)
-    if out.dtype != dtype:
-        out = out.to(torch_dtype(dtype_name(dtype)))
-    return out.reshape(shape)

@@ -16,8 +16,11 @@ Contract:
   replay) ``CHECKS.queue`` it with what the error needs.
 - ``CHECKS.poll()``: at every sync, before anything else, the flags of the oldest
   executions that have finished are read (the device is never waited for, unless more
-  than ``MAX_UNREAD`` executions are unread); ``CHECKS.resolve()``: at every read to
-  the host and in ``wait_device_ops``, all of them are read, waiting as needed. The
+  than ``MAX_UNREAD`` executions are unread); ``CHECKS.read_finished()``: after every
+  read to the host, every finished execution's flags are read (the read value's
+  program has finished, and so have its flags: they are outputs of one execution);
+  ``CHECKS.resolve()``: in ``sync(wait=True)`` and ``wait_device_ops``, all of them
+  are read, waiting as needed. The
   first bad check raises torch's exception type with torch's message, then where the op
   was traced, and what the tensors now hold:
   * a graph that donated nothing: every tensor computed from the bad op is put back as
@@ -120,13 +123,23 @@ class DeviceChecks:
         self.unread.append(_Unread(flags, checks, sites, graph_name, kept, undo))
 
     def poll(self, runtime) -> None:
-        """Read the flags of finished executions, oldest first; raise the first error."""
+        """Read the flags of finished executions, oldest first, up to the first that is
+        still running; raise the first error."""
         unread = self.unread
         while unread:
             oldest = unread[0]
             if len(unread) <= MAX_UNREAD and not runtime.is_ready(oldest.flags):
                 return
             self._read(runtime, unread.popleft())
+
+    def read_finished(self, runtime) -> None:
+        """After a read to the host: read the flags of every execution that has
+        finished (the one that computed the value read among them: its outputs are
+        ready together), oldest first, never waiting; raise the first error. Waiting
+        for all (``resolve``) would stall the step a loop keeps in flight."""
+        for item in [u for u in self.unread if runtime.is_ready(u.flags)]:
+            self.unread.remove(item)
+            self._read(runtime, item)
 
     def resolve(self, runtime) -> None:
         """Read every queued flag (waiting for the executions); raise the first error."""

@@ -25,7 +25,7 @@ import torch
 from lazax import ir
 from lazax.pjrt import numpy_dtype
 
-from ._barrier import EXECUTOR, from_cpu
+from ._barrier import EXECUTOR
 from ._checks import CHECKS, restored_if_check_fails, trace_site
 from ._device import RNG
 from ._fallback import fallback
@@ -41,6 +41,7 @@ from ._plans import (
     OpPlan,
 )
 from ._tensor import Layout, LazyTensor, ir_value, new_alias, new_tensor, write
+from ._transfer import from_cpu
 from .ops import get_lowering
 
 __all__ = ["apply_eager_sync", "dispatch", "run_plan"]

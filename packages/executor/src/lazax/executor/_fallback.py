@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 
 from . import metrics
-from ._barrier import EXECUTOR, from_cpu, to_cpu
+from ._barrier import EXECUTOR
 from ._tensor import Layout, LazyTensor, new_tensor, resize_to, write
+from ._transfer import from_cpu, to_cpu
 
 __all__ = ["fallback"]
 

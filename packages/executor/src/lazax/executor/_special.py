@@ -19,13 +19,14 @@ import torch
 from lazax import ir
 
 from ._amp_ops import AMP_HANDLERS, composed
-from ._barrier import EXECUTOR, from_cpu, to_cpu
+from ._barrier import EXECUTOR
 from ._dispatch import run_plan
 from ._dtypes import dtype_name
 from ._fused_optim import FUSED_OPTIMIZER_HANDLERS
 from ._plans import FUNCTIONAL, OpPlan
 from ._storages import SET_STORAGE_HANDLERS
 from ._tensor import Layout, LazyTensor, ir_value, new_tensor, resize_to, write
+from ._transfer import from_cpu, to_cpu
 
 __all__ = ["SPECIAL", "aten_overload", "copy_into", "register_kernels", "resize_out"]
 

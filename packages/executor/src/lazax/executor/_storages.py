@@ -34,7 +34,7 @@ import torch
 from lazax import ir
 
 from . import _sharding
-from ._barrier import EXECUTOR, from_cpu
+from ._barrier import EXECUTOR
 from ._device import DEVICE_NAME
 from ._dtypes import torch_dtype
 from ._tensor import (
@@ -47,6 +47,7 @@ from ._tensor import (
     set_metadata,
     view_gather,
 )
+from ._transfer import from_cpu
 
 __all__ = ["SET_STORAGE_HANDLERS", "install"]
 

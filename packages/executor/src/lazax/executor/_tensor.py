@@ -248,7 +248,7 @@ class LazyTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __repr__(self, *, tensor_contents=None) -> str:
-        from ._barrier import to_cpu
+        from ._transfer import to_cpu
 
         cpu = to_cpu(self)
         body = torch._tensor_str._str(cpu, tensor_contents=tensor_contents)
@@ -259,7 +259,7 @@ class LazyTensor(torch.Tensor):
         return body
 
     def tolist(self):
-        from ._barrier import to_cpu
+        from ._transfer import to_cpu
 
         return to_cpu(self).tolist()
 
@@ -284,7 +284,7 @@ class LazyTensor(torch.Tensor):
 
     def numpy(self, *, force: bool = False):
         if force:
-            from ._barrier import to_cpu
+            from ._transfer import to_cpu
 
             return to_cpu(self.detach()).resolve_conj().resolve_neg().numpy()
         raise TypeError(

@@ -10,13 +10,14 @@ from . import (  # noqa: E402,F401
     core,  # copies, conversions, factories, view pseudo-ops
     elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
     foreach,  # the _foreach_* ops optimizers use
-    indexing,  # cat/stack, index/index_put, gather/scatter, triu/tril, arange, masks
+    indexing,  # cat/stack, index/index_put, gather/scatter, index_add/copy/fill, take
     linalg,  # mm, bmm, addmm, baddbmm, dot
     losses,  # nll, mse, binary cross entropy, smooth L1/Huber (+ backward)
     nn,  # softmax, layer/group/batch norm, embedding (+ backward)
     pooling,  # max/avg/adaptive pooling, upsampling (+ backward)
     random,  # normal_, uniform_, bernoulli, random_
     reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
+    shapes,  # triu/tril, arange, flip, roll, repeat, constant_pad_nd, diag_embed
     sorting,  # sort, topk, searchsorted, bucketize
     unary,  # exp/log, trig, sigmoid, erf, sign, rounding, logit, isnan/isinf
     views,  # view ops and reshapes

@@ -1,0 +1,107 @@
+"""Shape-making ops and factories: triu/tril, arange, flip, roll, repeat,
+constant_pad_nd, diag_embed.
+
+Contract (as every op family, see ``_registry``): each rule computes the aten op's
+result for the output spec torch infers. ``arange`` scalars arrive as plain Python
+numbers (the tensor layer never lifts them: they decide the length, which comes from
+torch's meta kernel).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from ._registry import lowering
+
+aten = torch.ops.aten
+
+
+def _dim(dim, ndim):
+    return dim % max(ndim, 1)
+
+
+# -- shapes and factories --------------------------------------------------------------
+
+
+@lowering(aten.triu.default)
+def triu(ctx, x, diagonal=0):
+    return jnp.triu(x, diagonal)
+
+
+@lowering(aten.tril.default)
+def tril(ctx, x, diagonal=0):
+    return jnp.tril(x, diagonal)
+
+
+def _arange(ctx, start, step):
+    dtype = jnp.dtype(ctx.dtype)
+    if jnp.issubdtype(dtype, jnp.integer):
+        # torch accumulates an integer arange in int64: float start and step are
+        # truncated first (arange(2.1, -2.9, -1.0, dtype=int64) is 2, 1, 0, -1).
+        start, step, compute = int(start), int(step), jnp.int64
+    elif dtype == jnp.float64:
+        compute = jnp.float64
+    else:
+        compute = jnp.float32
+    i = lax.iota(compute, ctx.shape[0])
+    return jnp.asarray(start).astype(compute) + jnp.asarray(step).astype(compute) * i
+
+
+@lowering(aten.arange.default)
+def arange(ctx, end, **kwargs):
+    return _arange(ctx, 0, 1)
+
+
+@lowering(aten.arange.start)
+def arange_start(ctx, start, end, **kwargs):
+    return _arange(ctx, start, 1)
+
+
+@lowering(aten.arange.start_step)
+def arange_start_step(ctx, start, end, step=1, **kwargs):
+    return _arange(ctx, start, step)
+
+
+@lowering(aten.flip.default)
+def flip(ctx, x, dims):
+    if x.ndim == 0:
+        return x
+    return jnp.flip(x, tuple(_dim(d, x.ndim) for d in dims))
+
+
+@lowering(aten.roll.default)
+def roll(ctx, x, shifts, dims=()):
+    if x.ndim == 0:
+        return x
+    if not dims:
+        return jnp.roll(x.reshape(-1), shifts[0]).reshape(x.shape)
+    return jnp.roll(x, tuple(shifts), tuple(_dim(d, x.ndim) for d in dims))
+
+
+@lowering(aten.repeat.default)
+def repeat(ctx, x, repeats):
+    lead = len(repeats) - x.ndim
+    return jnp.tile(x.reshape((1,) * lead + x.shape), tuple(repeats))
+
+
+@lowering(aten.constant_pad_nd.default)
+def constant_pad_nd(ctx, x, pad, value=0):
+    config = [(0, 0, 0)] * x.ndim
+    # pad lists (low, high) pairs from the last dimension backwards; negative crops.
+    for j in range(len(pad) // 2):
+        config[x.ndim - 1 - j] = (pad[2 * j], pad[2 * j + 1], 0)
+    return lax.pad(x, jnp.asarray(value).astype(x.dtype), config)
+
+
+@lowering(aten.diag_embed.default)
+def diag_embed(ctx, x, offset=0, dim1=-2, dim2=-1):
+    n = x.shape[-1]
+    square = x[..., :, None] * jnp.eye(n, dtype=x.dtype)
+    k = abs(offset)
+    # Shift the diagonal by padding: above it (offset > 0) or below it.
+    pads = [(0, k), (k, 0)] if offset >= 0 else [(k, 0), (0, k)]
+    square = jnp.pad(square, [(0, 0)] * (x.ndim - 1) + pads)
+    ndim = x.ndim + 1
+    return jnp.moveaxis(square, (-2, -1), (dim1 % ndim, dim2 % ndim))
