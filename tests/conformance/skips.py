@@ -2,6 +2,8 @@
 
 - ``SKIPS``: (op id, variant, dtype name or "*", mode or "*") -> reason, by hand. The
   test is skipped with the reason and counted as not passing in docs/coverage.md.
+- ``ERROR_SKIPS``: (op id, error input index or "*", mode or "*") -> reason: the cases
+  of torch's ``error_inputs`` that ``test_error_inputs.py`` does not hold lazax to.
 - ``KNOWN_FAILURES``: the same, read from ``known_failures.json``, which
   ``tools/coverage.py --record-failures`` writes from a coverage run: every case that
   did not pass there, with its first failure as the reason (mode "*": a case that
@@ -30,6 +32,11 @@ SKIPS: dict[tuple[str, str, str, str], str] = {
     ("polygamma.polygamma_n_1", "inplace", "*", "dynamo"): (
         "BackendCompilerFailed: the in-place polygamma graph does not capture under dynamo"
     ),
+}
+
+ERROR_SKIPS: dict[tuple[str, int | str, str], str] = {
+    # None today: every error input torch's CPU rejects, lazax rejects alike in every
+    # mode (python tools/error_inputs_table.py).
 }
 
 VALUES_UNDEFINED: set[str] = {

@@ -52,15 +52,28 @@ def _tensors(value, found: list) -> list:
 
 def _self_overlapping(t: LazyTensor) -> bool:
     shape, _, stride = t._lz_key[:3]
-    return any(s == 0 and n > 1 for s, n in zip(stride, shape))
+    return 0 in stride and any(s == 0 and n > 1 for s, n in zip(stride, shape))
 
 
-def _aliased(outs: list, inputs: list) -> bool:
+def _aliased(outs: list, args: tuple, kwargs: dict, out_names: tuple) -> bool:
     """Some ``out`` tensor may overlap itself or share memory with an input."""
-    if any(_self_overlapping(o) for o in outs):
+    storages = [o._lz_storage for o in outs]
+    for o in outs:
+        if _self_overlapping(o):
+            return True
+    if len(outs) > 1 and len({id(s) for s in storages}) < len(outs):
         return True
-    storages = {id(o._lz_storage) for o in outs}
-    return any(id(t._lz_storage) in storages for t in inputs) or len(storages) < len(outs)
+    for a in args:
+        if type(a) is LazyTensor:
+            if any(a._lz_storage is s for s in storages):
+                return True
+        elif isinstance(a, (list, tuple)):
+            if any(t._lz_storage is s for t in _tensors(a, []) for s in storages):
+                return True
+    if len(kwargs) > len(out_names):
+        others = [v for k, v in kwargs.items() if k not in out_names]
+        return any(t._lz_storage is s for t in _tensors(others, []) for s in storages)
+    return False
 
 
 def _reproduce(value, bases: dict):
@@ -83,7 +96,9 @@ def _reproduce(value, bases: dict):
     return value
 
 
-def _numel(tensors: list) -> int:
+def _size(args: tuple, kwargs: dict) -> int:
+    """Elements of every lazax storage the call touches (what a reproduction costs)."""
+    tensors = _tensors([args, list(kwargs.values())], [])
     return sum(math.prod(t._lz_key[4]) for t in tensors)
 
 
@@ -135,20 +150,25 @@ def checked_out(func, handler, plan=None):
     out_names = tuple(a.name for a in func._schema.arguments if _is_out(a))
     checked: set = set()
 
+    single = out_names[0] if len(out_names) == 1 else None
+
     def run(args, kwargs):
-        outs = _tensors([kwargs.get(n) for n in out_names], [])
-        if outs:
-            ins = _tensors([args, [v for k, v in kwargs.items() if k not in out_names]], [])
-            size = _numel(outs) + _numel(ins)
-            if _aliased(outs, ins) and size <= _CPU_LIMIT:
-                _check_overlap(func, args, kwargs)
-            if plan is not None:
-                key = (_key(args), tuple((k, _key(v)) for k, v in kwargs.items()))
-                if key not in checked:
-                    _check_specs(func, args, kwargs, size)
-                    if len(checked) >= SPEC_CACHE_LIMIT:
-                        checked.clear()
-                    checked.add(key)
+        if single is not None and type(kwargs.get(single)) is LazyTensor:
+            outs = [kwargs[single]]  # the common case, inlined
+        else:
+            outs = _tensors([kwargs.get(n) for n in out_names], [])
+            if not outs:
+                return handler(args, kwargs)
+        if _aliased(outs, args, kwargs, out_names) and _size(args, kwargs) <= _CPU_LIMIT:
+            _check_overlap(func, args, kwargs)
+        if plan is not None:
+            key = tuple([a._lz_key if type(a) is LazyTensor else _key(a) for a in args])
+            key = (key, tuple([(k, _key(v)) for k, v in kwargs.items()]))
+            if key not in checked:
+                _check_specs(func, args, kwargs, _size(args, kwargs))
+                if len(checked) >= SPEC_CACHE_LIMIT:
+                    checked.clear()
+                checked.add(key)
         return handler(args, kwargs)
 
     return run
