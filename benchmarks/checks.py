@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         print(f"{key:<20} {on or 0:>10.1f} {off or 0:>11.1f} {ratio or 0:>7.3f}")
     out = ROOT / "results" / f"{args.name}.json"
     out.write_text(json.dumps({"sizes": sizes, "results": results}, indent=1) + "\n")
-    print(f"written {out.relative_to(ROOT.parent)}")
+    print(f"written {out}")
     return 0
 
 

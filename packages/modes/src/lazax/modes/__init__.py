@@ -85,6 +85,11 @@ def sync(wait: bool = False) -> None:
     Execution is asynchronous; ``wait=True`` waits for this graph's results only (an
     earlier ``sync()`` may still be running: ``wait_device_ops()`` waits for all).
     Reading a value (``.item()``, ``.cpu()``, ``print``) waits for it.
+
+    Values an op rejects on the CPU (an index out of range, a class target past the
+    classes) are checked on the device: the error is raised by the first ``sync()``
+    after that graph finished, by ``sync(wait=True)``, or by the next read
+    (``LAZAX_CHECKS=0`` turns the checks off; docs/reliability.md).
     """
     _executor.sync(wait=wait)
 
@@ -93,7 +98,7 @@ def wait_device_ops() -> None:
     """Block until every execution dispatched so far whose results a tensor holds has
     finished (as ``torch.cuda.synchronize()``; torch_xla's ``xm.wait_device_ops()``).
     Time a loop of ``sync()`` steps with it; pending work that was never synced is not
-    run (call ``sync()`` first)."""
+    run (call ``sync()`` first). Raises the first failed device-side check of what ran."""
     _executor.EXECUTOR.runtime.wait_all()
     _executor.EXECUTOR.read_checks()
 
