@@ -262,3 +262,18 @@ def test_lazax_checks_0_turns_them_off():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[4.0]"  # XLA clamps: the last element
+
+
+@pytest.mark.skipif(lx.device_count() < 8, reason="needs 8 devices (the root conftest sets them)")
+def test_checks_in_a_sharded_program():
+    mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))
+    weight = torch.randn(16, 8)
+    w = weight.to(DEV)
+    lx.mark_sharding(w, mesh, (None, "model"))
+    tokens = torch.tensor([[1, 2], [3, 4]]).to(DEV)
+    lx.mark_sharding(tokens, mesh, ("data", None))
+    torch.testing.assert_close(F.embedding(tokens, w).cpu(), F.embedding(tokens.cpu(), weight))
+    bad = torch.tensor([[1, 2], [3, 16]]).to(DEV)
+    lx.mark_sharding(bad, mesh, ("data", None))
+    with pytest.raises(IndexError, match="index out of range in self"):
+        F.embedding(bad, w).cpu()

@@ -28,8 +28,10 @@ Contract:
     reading it or anything computed from it raises again, as the op would on the CPU
     (``sync()`` of everything leaves it alone); every other tensor of the graph keeps
     its (correct) result;
-  * a graph that donated its inputs (or a dynamo replay): the inputs are gone, so the
-    tensors hold the graph's results, computed with the bad values clamped;
+  * a graph that donated its inputs (or a dynamo replay), or one whose check is still
+    unread when the next sync starts (the undo would hold buffers that sync may
+    donate): the tensors hold the graph's results, computed with the bad values
+    clamped;
   * eager mode: each op's checks are read as it runs, so the op itself raises (as on
     the CPU) and its outputs are never handed out; an in-place op leaves its target as
     it was (``_dispatch``).
@@ -88,6 +90,10 @@ _STATE = {
         "That graph's inputs were donated (written over), so the tensors hold its "
         "results, computed with the offending values clamped."
     ),
+    "later": (
+        "Later graphs ran before this check was read, so the tensors hold this graph's "
+        "results, computed with the offending values clamped."
+    ),
     "replay": (
         "The replayed graph's results are kept: its outputs and the inputs it writes hold "
         "what it computed with the offending values clamped."
@@ -123,14 +129,21 @@ class DeviceChecks:
         self.unread.append(_Unread(flags, checks, sites, graph_name, kept, undo))
 
     def poll(self, runtime) -> None:
-        """Read the flags of finished executions, oldest first, up to the first that is
-        still running; raise the first error."""
+        """At a sync, before anything else: read the flags of finished executions,
+        oldest first, up to the first that is still running; raise the first error.
+        The ones left unread give up their undo: what it holds (the graph's results and
+        its inputs' IR) would keep this sync from donating them, so if they fail, their
+        results stay (``"later"``)."""
         unread = self.unread
         while unread:
             oldest = unread[0]
             if len(unread) <= MAX_UNREAD and not runtime.is_ready(oldest.flags):
-                return
+                break
             self._read(runtime, unread.popleft())
+        for item in unread:
+            if item.undo is not None:
+                item.undo = None
+                item.kept = "later"
 
     def read_finished(self, runtime) -> None:
         """After a read to the host: read the flags of every execution that has
