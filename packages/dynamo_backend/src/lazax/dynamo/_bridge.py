@@ -29,7 +29,7 @@ from time import perf_counter
 import torch
 
 from lazax import ir
-from lazax.executor import CHECKS, EXECUTOR, LazyTensor, metrics
+from lazax.executor import EXECUTOR, LazyTensor, metrics
 
 from ._capture import CaptureBroken, Replay, signature
 
@@ -70,8 +70,7 @@ class GraphBridge:
             return self._call(args)
 
     def _call(self, args):
-        if CHECKS.unread:  # a sync point: earlier programs' failed checks raise here
-            CHECKS.poll(EXECUTOR.runtime)
+        EXECUTOR.poll_checks()  # a sync point: earlier programs' failed checks raise here
         self._sync_pending_inputs(args)
         key = signature(args, self.tensor_positions, self.sym_positions)
         replay = self.replays.get(key)

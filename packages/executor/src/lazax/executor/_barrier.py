@@ -187,8 +187,7 @@ class GraphExecutor:
     # -- the barrier ---------------------------------------------------------------
     def sync_tensors_graph(self, tensors, wait: bool = False, sync_ltc_data: bool = True):
         with self.sync_lock:
-            if CHECKS.unread:
-                CHECKS.poll(self.runtime)
+            self.poll_checks()
             self._sync_tensors(tensors, sync_ltc_data)
         if wait:
             self.wait(tensors)
@@ -234,8 +233,7 @@ class GraphExecutor:
         if not pending:
             return
         with self.sync_lock:
-            if CHECKS.unread:
-                CHECKS.poll(self.runtime)
+            self.poll_checks()
             roots = [s.value for s in pending]
             results = self.run_graph(roots, pending)
             for storage, root, value in zip(pending, roots, results):
@@ -245,8 +243,7 @@ class GraphExecutor:
         """Sync every live tensor with pending IR, as one graph. ``wait``: block until
         it has run and read its device-side checks (``_checks``)."""
         with self.sync_lock:
-            if CHECKS.unread:
-                CHECKS.poll(self.runtime)
+            self.poll_checks()
             storages = PENDING.take()
             roots = [s.value for s in storages]
             if roots:
@@ -264,6 +261,12 @@ class GraphExecutor:
         if wait:
             self.runtime.wait([s.value.node.data for s in storages if not s.pending])
             self.read_checks()
+
+    def poll_checks(self) -> None:
+        """At a sync point, first: raise the first failed device-side check of the
+        programs that have finished (never waits; see ``_checks``). Under ``sync_lock``."""
+        if CHECKS.unread:
+            CHECKS.poll(self.runtime)
 
     def read_checks(self, wait: bool = True) -> None:
         """Raise the first failed device-side check of what has run: of everything

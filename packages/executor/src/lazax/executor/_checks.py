@@ -53,8 +53,8 @@ from ._tensor import Storage
 
 __all__ = ["CHECKS", "is_check_error", "restored_if_check_fails", "trace_site"]
 
-# Executions whose flags may wait unread (each keeps its inputs, for the undo) before a
-# sync waits for the oldest.
+# Executions whose flags may wait unread before a sync waits for the oldest (bounds the
+# queue when the host runs far ahead of the device).
 MAX_UNREAD = 4
 
 _LIBRARY_FILES: dict[str, bool] = {}

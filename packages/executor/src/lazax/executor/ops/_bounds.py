@@ -9,18 +9,17 @@ regular expression work on a lazax tensor as on a CPU one.
 
 from __future__ import annotations
 
-__all__ = ["bounds_message", "check_index"]
+__all__ = ["IN_SELF", "bounds_message", "check_index"]
 
-OUT_OF_BOUNDS = "index {value} is out of bounds for dimension {dim} with size {size}"
+# index_select's, embedding's and index_add's words.
+IN_SELF = "index out of range in self"
 
 
 def check_index(ctx, idx, size: int, error: str, message: str, negative: bool = False) -> None:
-    if idx is None:
-        return
     low = -size if negative else 0
     ctx.check((idx < low) | (idx >= size), idx, error, message)
 
 
 def bounds_message(dim: int, size: int, prefix: str = "") -> str:
     """torch's "index {value} is out of bounds for dimension d with size n"."""
-    return prefix + OUT_OF_BOUNDS.replace("{dim}", str(dim)).replace("{size}", str(size))
+    return f"{prefix}index {{value}} is out of bounds for dimension {dim} with size {size}"

@@ -23,7 +23,7 @@ import torch
 from jax import lax
 
 from ._arguments import argument_check
-from ._bounds import bounds_message, check_index
+from ._bounds import IN_SELF, bounds_message, check_index
 from ._registry import lowering
 
 aten = torch.ops.aten
@@ -153,12 +153,9 @@ def index_put(ctx, x, indices, values, accumulate=False):
 lowering(aten._unsafe_index_put.default)(index_put)  # unchecked
 
 
-_IN_SELF = "index out of range in self"
-
-
 @lowering(aten.index_select.default, checked=True)
 def index_select(ctx, x, dim, idx):
-    check_index(ctx, idx, x.shape[_dim(dim, x.ndim)] if x.ndim else 1, "IndexError", _IN_SELF)
+    check_index(ctx, idx, x.shape[_dim(dim, x.ndim)] if x.ndim else 1, "IndexError", IN_SELF)
     if x.ndim == 0:
         return jnp.take(x.reshape(1), idx.reshape(-1), axis=0).reshape(ctx.shape)
     return jnp.take(x, idx.reshape(-1), axis=_dim(dim, x.ndim)).reshape(ctx.shape)
@@ -201,7 +198,7 @@ def check_index_add(x, dim, index, source, *, alpha=1):
 
 @lowering(aten.index_add.default, checked=True)
 def index_add(ctx, x, dim, idx, source, *, alpha=1):
-    _check_along(ctx, x, dim, idx, "IndexError", _IN_SELF)
+    _check_along(ctx, x, dim, idx, "IndexError", IN_SELF)
     flat = x.reshape(1) if x.ndim == 0 else x
     source = source.reshape(1) if source.ndim == 0 else source
     if not (type(alpha) in (int, float) and alpha == 1):

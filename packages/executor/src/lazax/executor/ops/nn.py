@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._bounds import IN_SELF, check_index
 from ._nn_common import acc_dtype
 from ._registry import lowering
 
@@ -246,9 +247,7 @@ def native_batch_norm_backward(
 
 @lowering(aten.embedding.default, checked=True)
 def embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    size = weight.shape[0]
-    bad = (indices < 0) | (indices >= size)
-    ctx.check(bad, indices, "IndexError", "index out of range in self")
+    check_index(ctx, indices, weight.shape[0], "IndexError", IN_SELF)
     return jnp.take(weight, indices, axis=0)
 
 
