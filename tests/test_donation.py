@@ -308,31 +308,46 @@ def test_a_whole_step_under_torch_compile_donates_parameters_and_momentum():
     torch._dynamo.reset()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (issue 21's closing note): after torch.compile fails to trace a "
-    "call, holder_count reads 4 extra references on every later graph, so nothing is "
-    "donated in that process",
-)
 def test_a_failed_dynamo_trace_leaves_later_donation_working():
+    """A failed trace leaves torch's eval-frame function installed, and CPython then
+    stops inlining Python calls (each holds one more reference to its arguments): the
+    holder counts must not read that as a holder. In a subprocess: the state lasts for
+    the rest of the process."""
     script = textwrap.dedent(
         """
+        import sys
         import torch, lazax.dynamo, lazax.modes as lx
+
+        def inlined():
+            def count(o):
+                return sys.getrefcount(o)
+            return count(object()) == 2
+
         dev = lx.device()
         f = torch.compile(lambda x: x + torch.arange(0, 1, 0, device=x.device), backend="lazax")
         try:
             f(torch.ones(1).to(dev))
         except Exception:
             pass
+        print("inlined" if inlined() else "not inlined")
+        donated = lambda: lx.metrics.counter_value("DonatedBuffers") or 0
         x = torch.randn(64, 64).to(dev)
         lx.sync()
         x.mul_(3)
         lx.sync()
-        print(lx.metrics.counter_value("DonatedBuffers") or 0)
+        print(donated())
+        step = torch.compile(lambda p: p.mul_(2), backend="lazax")
+        for _ in range(3):
+            step(x)
+        print(donated())
         """
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "1"
+    state, lazy, replayed = out.stdout.strip().splitlines()[-3:]
+    # If a later torch fixes the leak, this test no longer exercises the case.
+    assert state == "not inlined"
+    assert lazy == "1"
+    assert int(replayed) >= 2  # the replays write over the parameter they update

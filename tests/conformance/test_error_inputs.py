@@ -8,11 +8,10 @@ case fails). A case in ``skips.ERROR_SKIPS``, keyed by (op id, case index or "*"
 or "*"), is left out with its reason; the test fails on any other failing case.
 
 ``LAZAX_CONFORMANCE_MODE=<mode>`` (the nox ``conformance(mode)`` sessions) runs only that
-mode. Without it (``nox -s tests``) lazy, eager and compile run (~25 s each on one core);
-dynamo runs in ``nox -s "conformance(mode='dynamo')"`` only: after dynamo fails to trace
-a bad call, a lazax sync in the same process no longer donates (something keeps extra
-references to the barrier's graph; to be found), which the donation tests that share
-the worker process would see.
+mode. Without it (``nox -s tests``) every mode runs (~25 s each on one core, dynamo
+~50 s). A bad call that dynamo fails to trace leaves torch's eval-frame function
+installed in the worker for good (see ``lazax.ir``'s holder counts): the tests that
+share the worker then run in that state too, as a user's process would.
 """
 
 import os
@@ -29,7 +28,7 @@ except ImportError as err:  # torch's test internals need expecttest
     pytest.skip(f"torch's op database is not importable: {err}", allow_module_level=True)
 
 MODE = os.environ.get("LAZAX_CONFORMANCE_MODE")
-DEFAULT_MODES = ("lazy", "eager", "compile")
+DEFAULT_MODES = MODES
 if MODE is not None and MODE not in MODES:
     raise ValueError(f"LAZAX_CONFORMANCE_MODE must be one of {MODES}, not {MODE!r}")
 

@@ -45,6 +45,11 @@ def test_reference_counts_are_trusted_on_this_interpreter():
     assert ir.holder_count(obj) == 3
     del held
 
+    def passed_down(o):  # the caller's variable and this parameter
+        return ir.holder_count(o, calls=2)
+
+    assert passed_down(obj) == 2
+
 
 def test_an_input_only_the_graph_reads_is_private_and_a_held_one_is_not():
     a, b = leaf(), leaf()

@@ -40,9 +40,10 @@ class DonationPolicy:
             # An eager op's fresh outputs: its inputs are held by the tensors it was
             # called with, so nothing could be donated; skip the analysis (per op).
             return ()
-        # The graph object itself: the caller's variable and this parameter. A graph
-        # hook that kept it can read every node (the count above it says so).
-        if ir.holder_count(graph) != 2:
+        # The graph object itself: the caller's variable and this parameter (two calls
+        # down from the caller's frame). A graph hook that kept it can read every node
+        # (the count above it says so).
+        if ir.holder_count(graph, calls=2) != 2:
             return ()
         params = graph.parameters
         wanted = _output_specs(graph)

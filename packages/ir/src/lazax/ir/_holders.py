@@ -1,7 +1,9 @@
 """Which parameters of a graph nothing else can reach: the question donation asks.
 
-Contract: ``holder_count(obj)`` is the number of references to ``obj`` besides the
-call's own argument (None where counts cannot be trusted).
+Contract: ``holder_count(obj, calls=1)`` is the number of references to ``obj`` besides
+the call's own argument (None where counts cannot be trusted); ``calls`` says through
+how many Python calls, this one included, the caller passed ``obj`` down from the frame
+whose holders it means to count.
 ``private_parameters(graph, dropped)`` returns the indices (into ``graph.parameters``)
 of the ``device_data`` leaves that, once the caller lets go of the graph and of the
 references it names in ``dropped``, no Python object can reach: neither the leaf, nor
@@ -19,6 +21,14 @@ is a holder outside the graph. A count below it means the accounting is wrong fo
 interpreter: then nothing is private (donation is an optimisation; a wrong "yes" would
 corrupt a user's data, a wrong "no" costs memory). The offset that ``sys.getrefcount``
 adds is measured once, at import, the way it is used here.
+
+Python calls: CPython 3.11+ runs a Python-to-Python call inside the caller's frame loop
+and moves the arguments into the callee; where a custom eval-frame function is
+installed (torch.compile installs one, and a failed dynamo trace leaves it installed for
+the rest of the process) calls are not inlined and each one keeps an extra reference to
+every argument on the caller's stack until it returns. ``holder_count`` measures what one
+call adds, per call, with a probe passed the same way, and discounts it ``calls`` times.
+``private_parameters`` counts nodes no call receives, so it needs no such correction.
 """
 
 from __future__ import annotations
@@ -59,12 +69,28 @@ def _measure_offset() -> int | None:
 _OFFSET = _measure_offset()
 
 
-def holder_count(obj) -> int | None:
+def _count_through_a_call(obj) -> int:
+    return list(map(_getrefcount, [obj]))[0]
+
+
+def _reference_per_call() -> int:
+    """What passing an argument through one Python call adds to its count right now: 0
+    where the interpreter inlines calls, 1 where it does not."""
+    probe = object()
+    # Inlined: the probe's holders are ``probe`` here and the callee's parameter; the
+    # list adds one.
+    return _count_through_a_call(probe) - _OFFSET - 3
+
+
+def holder_count(obj, calls: int = 1) -> int | None:
     """How many references to ``obj`` exist besides the argument of this call; None
-    where reference counts cannot be trusted. The caller's own variables count."""
+    where reference counts cannot be trusted. The caller's own variables count, and so
+    does each parameter ``obj`` passed through on its way here; ``calls`` is how many
+    calls that way took, this one included (each may hold one more reference on an
+    interpreter that does not inline calls)."""
     if _OFFSET is None:
         return None
-    return list(map(_getrefcount, [obj]))[0] - _OFFSET - 2
+    return list(map(_getrefcount, [obj]))[0] - _OFFSET - 2 - calls * _reference_per_call()
 
 
 def refcounts_reliable() -> bool:
