@@ -50,6 +50,73 @@ def _register_tensor_type() -> None:
     # any backend). Captured instead, they reach lazax's graph as ops like any other,
     # and lazax computes their shapes itself. Process-wide, as every dynamo setting.
     config.capture_dynamic_output_shape_ops = True
+    # ``loss.backward()`` inside a compiled function: traced (as ``autograd.grad`` whose
+    # results are written to ``.grad``) instead of breaking the graph, so that forward
+    # and backward are one graph and a whole training step replays as few graphs as the
+    # optimizer allows. Where tracing it would be unsafe (a returned tensor still needs
+    # the consumed graph) dynamo breaks the graph at the call, as before.
+    config.trace_autograd_ops = True
+
+
+def _model_as_plain_tensor() -> None:
+    """Dynamo models a tensor subclass's Python attributes itself
+    (``TensorWithTFOverrideVariable``) and refuses ``.grad``, ``.data`` and the other
+    getters of the tensor base on it: the optimizer's ``p.grad`` and ``zero_grad`` break
+    the graph. A lazax tensor has no Python-level behaviour of its own
+    (``__torch_function__`` is disabled): its attributes are a plain tensor's, so it is
+    modelled as one (``infer_subclass_type`` answers None, as for ``torch.Tensor``)."""
+    from torch._dynamo.variables import builder
+
+    infer = getattr(builder, "infer_subclass_type", None)
+    if infer is None:
+        raise ImportError(
+            f"lazax.dynamo does not know this torch's dynamo (torch {torch.__version__}): "
+            f"torch._dynamo.variables.builder.infer_subclass_type is gone. Use lazax's "
+            f"lazy or compile mode, or a torch lazax.dynamo supports."
+        )
+    if getattr(infer, "_lazax", False):
+        return
+
+    def infer_subclass_type(value):
+        if type(value) is LazyTensor:
+            return None
+        return infer(value)
+
+    infer_subclass_type._lazax = True
+    builder.infer_subclass_type = infer_subclass_type
+
+
+def _capturable_optimizers() -> None:
+    """An optimizer traced by dynamo keeps its step count on the device when its
+    parameters are on CUDA or XPU (``capturable``), so that the compiled step reads no
+    host value and writes no CPU tensor; dynamo decides that from ``is_cuda`` and
+    ``is_xpu``. lazax parameters get the same: without it the step count is a CPU tensor
+    the graph increments, which a replay cannot express, and the step is interpreted."""
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+
+    original = getattr(OptimizerVariable, "_set_capturable", None)
+    if original is None:
+        raise ImportError(
+            f"lazax.dynamo does not know this torch's dynamo (torch {torch.__version__}): "
+            f"OptimizerVariable._set_capturable is gone. Use lazax's lazy or compile "
+            f"mode, or a torch lazax.dynamo supports."
+        )
+    if getattr(original, "_lazax", False):
+        return
+
+    def _set_capturable(self, tx):
+        for group in self.value.param_groups:
+            params = group.get("params", [])
+            if (
+                "capturable" in group
+                and params
+                and all(type(p) is LazyTensor and p not in self.value.state for p in params)
+            ):
+                group["capturable"] = True
+        return original(self, tx)
+
+    _set_capturable._lazax = True
+    OptimizerVariable._set_capturable = _set_capturable
 
 
 def _skip_lazax_frames() -> None:
@@ -73,5 +140,7 @@ def install() -> None:
     if _installed:
         return
     _register_tensor_type()
+    _model_as_plain_tensor()
+    _capturable_optimizers()
     _skip_lazax_frames()
     _installed = True

@@ -105,6 +105,13 @@ def copy_to(ctx, value, shape, dtype):
     return jnp.broadcast_to(cast(value, ctx.dtype), shape)
 
 
+# The functional form of ``copy_`` (AOTAutograd writes a traced ``.grad`` this way):
+# ``src`` broadcast to ``self``'s shape, in ``self``'s dtype.
+@lowering(aten.copy.default)
+def copy(ctx, self, src, non_blocking=False):
+    return jnp.broadcast_to(cast(src, ctx.dtype), ctx.shape)
+
+
 @lowering(aten._to_copy.default, aten.clone.default, aten.lift_fresh_copy.default)
 def to_copy(ctx, x, **kwargs):
     return cast(x, ctx.dtype)
