@@ -31,6 +31,13 @@ from .report import add_ratios, format_report
 from .training import TRAINING_RUNNERS
 from .workloads import WORKLOADS
 
+# Models with an inference row; the modes a model is measured in when not all.
+INFERENCE_MODELS = ("decoder", "cnn")
+MODEL_MODES = {
+    "decoder_deep": ("torch_cpu", "lazy", "compile", "dynamo", "dynamo_step", "jax"),
+}
+ONE_THREAD_MODELS = ("decoder_small",)  # torch_cpu_1thread: the host-bound reference
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,11 +53,13 @@ def _csv(text: str, known, what: str) -> list[str]:
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument(
-        "--models", default="decoder,decoder_bf16,cnn", help="comma list of " + ",".join(WORKLOADS)
+        "--models",
+        default="decoder,decoder_bf16,cnn,decoder_small,decoder_deep",
+        help="comma list of " + ",".join(WORKLOADS),
     )
     p.add_argument(
         "--modes",
-        default="torch_cpu,lazy,eager,compile,dynamo,jax",
+        default="torch_cpu,torch_cpu_1thread,lazy,eager,compile,dynamo,dynamo_step,jax",
         help="training modes, comma list of " + ",".join(TRAINING_RUNNERS),
     )
     p.add_argument(
@@ -92,6 +101,8 @@ def _sizes(args) -> dict:
     return {
         "decoder": decoder,
         "decoder_bf16": decoder,
+        "decoder_small": {},  # fixed sizes (workloads.SMALL_DECODER)
+        "decoder_deep": {},
         "cnn": {"width": args.cnn_width, "image": args.cnn_image, "batch": args.cnn_batch},
     }
 
@@ -169,8 +180,10 @@ def main(argv=None) -> int:
         (phase, model, mode)
         for phase, modes in phases
         for model in models
-        if phase == "training" or model != "decoder_bf16"  # a training row only
+        if phase == "training" or model in INFERENCE_MODELS
         for mode in modes
+        if mode in MODEL_MODES.get(model, (mode,))
+        and (mode != "torch_cpu_1thread" or model in ONE_THREAD_MODELS)
     ]
     restart = not args.skip_restart and "decoder" in models
     total = len(jobs) * (args.warmup + args.steps) + (2 * (1 + 2) if restart else 0)

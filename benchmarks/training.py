@@ -3,7 +3,7 @@
 Each runner takes a ``Workload`` and returns steps/s (median over timed steps after
 warm-up), the time of the first step (compilation included) and its compile count
 where it has one. Items/s (tokens, images) is steps/s times the workload's items per
-step. Lazy, compile and dynamo keep one step in flight (the next step is traced while
+step. Lazy, compile and the dynamo modes keep one step in flight (the next step is traced while
 the previous one runs, waiting on the previous loss); eager waits on each step's loss.
 """
 
@@ -24,10 +24,12 @@ __all__ = [
     "TRAINING_RUNNERS",
     "run_compile",
     "run_dynamo",
+    "run_dynamo_step",
     "run_eager",
     "run_jax",
     "run_lazy",
     "run_torch_cpu",
+    "run_torch_cpu_1thread",
     "timed_steps",
 ]
 
@@ -65,6 +67,25 @@ def _train_step(model, opt, loss_fn):
     return step
 
 
+def _whole_step(model, opt, loss_fn):
+    """The README's recipe for ``torch.compile`` of a whole training step: forward and
+    backward in a function of their own (the loss leaves it detached), then the
+    optimizer's step and ``zero_grad``; dynamo captures two graphs."""
+
+    def forward_backward(*batch):
+        loss = loss_fn(model, *batch)
+        loss.backward()
+        return loss.detach()
+
+    def step(*batch):
+        value = forward_backward(*batch)
+        opt.step()
+        opt.zero_grad()
+        return value
+
+    return step
+
+
 def run_torch_cpu(work: Workload, warmup: int, steps: int, progress=None) -> dict:
     model = copy.deepcopy(work.model)
     train = _train_step(model, work.make_optimizer(model.parameters()), work.loss)
@@ -72,7 +93,20 @@ def run_torch_cpu(work: Workload, warmup: int, steps: int, progress=None) -> dic
     return timed_steps(lambda i: train(*data[i % len(data)]).item(), warmup, steps, progress)
 
 
-def _run_lazax(work: Workload, warmup, steps, progress, *, eager, wrap, in_flight, loss_fn=None):
+def run_torch_cpu_1thread(work: Workload, warmup: int, steps: int, progress=None) -> dict:
+    """Plain torch on the CPU with one intra-op thread: a host-bound reference."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run_torch_cpu(work, warmup, steps, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_lazax(
+    work: Workload, warmup, steps, progress, *, eager, wrap, in_flight, loss_fn=None,
+    make_step=_train_step,
+):  # fmt: skip
     """One lazax mode: ``wrap`` turns the torch step into the mode's step (adds
     ``sync()``, or ``compile``); ``in_flight`` keeps one step running while the next
     is traced (waiting on the previous loss), else each step waits for its own loss."""
@@ -80,7 +114,7 @@ def _run_lazax(work: Workload, warmup, steps, progress, *, eager, wrap, in_fligh
         dev = lx.device()
         model = copy.deepcopy(work.model).to(dev)
         opt = work.make_optimizer(model.parameters())
-        train = wrap(_train_step(model, opt, loss_fn or work.loss))
+        train = wrap(make_step(model, opt, loss_fn or work.loss))
         data = [tuple(t.to(dev) for t in batch) for batch in work.batches]
         lx.sync(wait=True)
         compiles = lx.metrics.counter_value("UncachedCompile") or 0
@@ -137,6 +171,16 @@ def run_dynamo(work: Workload, warmup: int, steps: int, progress=None) -> dict:
     )  # fmt: skip
 
 
+def run_dynamo_step(work: Workload, warmup: int, steps: int, progress=None) -> dict:
+    """``torch.compile(step, backend="lazax")`` of the whole step (``_whole_step``):
+    forward with backward, and the optimizer's update, replayed as two graphs."""
+    torch._dynamo.reset()
+    return _run_lazax(
+        work, warmup, steps, progress, eager=False, in_flight=True,
+        wrap=lambda step: torch.compile(step, backend="lazax"), make_step=_whole_step,
+    )  # fmt: skip
+
+
 def run_jax(work: Workload, warmup: int, steps: int, progress=None) -> dict:
     train_step, state = work.jax_train_step()
     data = [tuple(jax.numpy.asarray(t.numpy()) for t in batch) for batch in work.batches]
@@ -156,9 +200,11 @@ def run_jax(work: Workload, warmup: int, steps: int, progress=None) -> dict:
 
 TRAINING_RUNNERS = {
     "torch_cpu": run_torch_cpu,
+    "torch_cpu_1thread": run_torch_cpu_1thread,
     "lazy": run_lazy,
     "eager": run_eager,
     "compile": run_compile,
     "dynamo": run_dynamo,
+    "dynamo_step": run_dynamo_step,
     "jax": run_jax,
 }

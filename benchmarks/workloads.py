@@ -98,8 +98,26 @@ def _cnn(sizes: dict) -> Workload:
     )
 
 
+# The same decoder where the host is the speed (a GPU or TPU finishes a small model's
+# step in well under a millisecond; here the compute is negligible too): issue 22's
+# overhead-bound model, and a mid-sized deep one.
+SMALL_DECODER = {"vocab": 128, "d_model": 32, "n_heads": 2, "n_layers": 2, "seq": 16, "batch": 2}
+DEEP_DECODER = {"vocab": 1024, "d_model": 64, "n_heads": 4, "n_layers": 16, "seq": 32, "batch": 4}
+
+
+def _decoder_sized(name: str, fixed: dict):
+    def build(sizes: dict) -> Workload:
+        work = _decoder({**fixed, **sizes})
+        work.name = name
+        return work
+
+    return build
+
+
 WORKLOADS = {
     "decoder": (_decoder, DecoderConfig),
+    "decoder_small": (_decoder_sized("decoder_small", SMALL_DECODER), DecoderConfig),
+    "decoder_deep": (_decoder_sized("decoder_deep", DEEP_DECODER), DecoderConfig),
     "decoder_bf16": (_decoder_bf16, DecoderConfig),
     "cnn": (_cnn, CNNConfig),
 }
