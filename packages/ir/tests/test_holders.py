@@ -49,6 +49,8 @@ def test_reference_counts_are_trusted_on_this_interpreter():
         return ir.holder_count(o, calls=2)
 
     assert passed_down(obj) == 2
+    other = object()
+    assert ir.holder_counts([obj, other, obj]) == [2, 1, 2]  # obj: here and twice in the list
 
 
 def test_an_input_only_the_graph_reads_is_private_and_a_held_one_is_not():

@@ -253,14 +253,16 @@ class Replay:
         """The slots of mutated arguments that nothing but their storage can read."""
         if not EXECUTOR.donation.enabled:
             return ()
-        donate = []
-        for slot, i in self.mutated_slots:
-            leaf = args[i]._lz_storage.value
-            # The leaf: held by its storage and by ``leaf`` here (no other tensor's IR);
-            # its buffer: by the leaf alone (no second storage).
-            if ir.holder_count(leaf) == 2 and ir.holder_count(leaf.data) == 1:
-                donate.append(slot)
-        return tuple(donate)
+        slots = self.mutated_slots
+        leaves = [args[i]._lz_storage.value for _, i in slots]
+        buffers = [leaf.data for leaf in leaves]
+        # A leaf: held by its storage alone (no other tensor's IR); its buffer: by the
+        # leaf alone (no second storage).
+        leaf_counts, buffer_counts = ir.holder_counts(leaves), ir.holder_counts(buffers)
+        if leaf_counts is None or buffer_counts is None:
+            return ()
+        held = zip(leaf_counts, buffer_counts)
+        return tuple(slot for (slot, _), (leaf, buffer) in zip(slots, held) if leaf == buffer == 1)
 
     def _execute(self, args) -> list[Storage]:
         donate = self._donations(args) if self.mutated_slots else ()

@@ -8,7 +8,7 @@ Pure Python: imports neither torch nor jax.
 """
 
 from ._graph import Graph, collect, dump, post_order
-from ._holders import holder_count, private_parameters, refcounts_reliable
+from ._holders import holder_count, holder_counts, private_parameters, refcounts_reliable
 from ._node import (
     DEVICE_DATA,
     DTYPE_CODES,
@@ -36,6 +36,7 @@ __all__ = [
     "device_data",
     "dump",
     "holder_count",
+    "holder_counts",
     "node_base_hash",
     "post_order",
     "private_parameters",

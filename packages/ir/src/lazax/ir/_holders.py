@@ -1,9 +1,10 @@
 """Which parameters of a graph nothing else can reach: the question donation asks.
 
-Contract: ``holder_count(obj, calls=1)`` is the number of references to ``obj`` besides
-the call's own argument (None where counts cannot be trusted); ``calls`` says through
-how many Python calls, this one included, the caller passed ``obj`` down from the frame
-whose holders it means to count.
+Contract: ``holder_counts(objs)`` is, per object of the list ``objs``, the number of
+references to it besides the list's. ``holder_count(obj, calls=1)`` is the number of
+references to ``obj`` besides the call's own argument (None where counts cannot be
+trusted); ``calls`` says through how many Python calls, this one included, the caller
+passed ``obj`` down from the frame whose holders it means to count.
 ``private_parameters(graph, dropped)`` returns the indices (into ``graph.parameters``)
 of the ``device_data`` leaves that, once the caller lets go of the graph and of the
 references it names in ``dropped``, no Python object can reach: neither the leaf, nor
@@ -42,7 +43,7 @@ from operator import add, and_, attrgetter, eq, gt, le, not_, sub
 from ._graph import Graph
 from ._node import DEVICE_DATA, Node
 
-__all__ = ["holder_count", "private_parameters", "refcounts_reliable"]
+__all__ = ["holder_count", "holder_counts", "private_parameters", "refcounts_reliable"]
 
 _getrefcount = getattr(sys, "getrefcount", None)
 _NODE = attrgetter("node")
@@ -91,6 +92,16 @@ def holder_count(obj, calls: int = 1) -> int | None:
     if _OFFSET is None:
         return None
     return list(map(_getrefcount, [obj]))[0] - _OFFSET - 2 - calls * _reference_per_call()
+
+
+def holder_counts(objs: list) -> list[int] | None:
+    """Per object of ``objs``, how many references to it exist besides one from this
+    list (a list the caller built for the question: an object listed twice counts its
+    second listing); None where counts cannot be trusted. The objects are not passed
+    through a call, so no call adds to their counts."""
+    if _OFFSET is None:
+        return None
+    return list(map(sub, map(_getrefcount, objs), repeat(_OFFSET + 1)))
 
 
 def refcounts_reliable() -> bool:

@@ -1,8 +1,9 @@
 """The runtime's own count of device memory: the buffers it handed out that are alive.
 
 Contract: ``MemoryTracker(devices)`` is told of every buffer the runtime creates
-(``track(buffers, temp_bytes)``: transfers and execution outputs, with the executing
-program's scratch bytes) and of every buffer an execution consumes by donation
+(``track(buffers, temp_bytes, footprints)``: transfers and execution outputs, with the
+executing program's scratch bytes and, from a program, its outputs' ``footprints()``
+measured once) and of every buffer an execution consumes by donation
 (``release(buffers)``). A tracked buffer stops counting when it is donated or when its
 Python object dies, whichever comes first. Per device it keeps the bytes in use, the
 peak (an execution peaks at what was in use, plus its temporaries, plus its outputs
@@ -59,18 +60,24 @@ class MemoryTracker:
             size *= n
         return tuple((d, size) for d in devices)
 
-    def track(self, buffers, temp_bytes: int = 0) -> None:
+    def footprints(self, buffers) -> tuple:
+        """Per buffer, the (device, bytes) it holds: what ``track`` can be given for
+        buffers shaped and placed alike (a program's outputs on every execution)."""
+        return tuple(map(self._footprint, buffers))
+
+    def track(self, buffers, temp_bytes: int = 0, footprints=None) -> None:
         live = self._live
         counts = self.counts
         died = self._died.append
         added: dict = {}
+        if footprints is None:
+            footprints = map(self._footprint, buffers)
         with self._lock:
             self._drain()
-            for buffer in buffers:
+            for buffer, footprint in zip(buffers, footprints):
                 key = id(buffer)
                 if key in live:
                     continue
-                footprint = self._footprint(buffer)
                 live[key] = (weakref.ref(buffer, lambda _ref, key=key: died(key)), footprint)
                 for device, size in footprint:
                     added[device] = added.get(device, 0) + size

@@ -132,6 +132,7 @@ class Executable:
         "alias_bytes",
         "temp_bytes",
         "annotations",
+        "footprints",
     )
 
     def __init__(
@@ -156,6 +157,9 @@ class Executable:
         self.load_failures: list[str] = []
         # Whatever the caller keeps with the program (the executor: its checks).
         self.annotations: Any = None
+        # Per output, the bytes it holds on each device: fixed by the program (its
+        # output shapes and shardings), measured on its first execution.
+        self.footprints: tuple | None = None
 
     @property
     def need_bytes(self) -> int:
@@ -350,7 +354,10 @@ class PjrtRuntime:
             if is_out_of_memory(err):
                 raise DeviceOutOfMemory(str(err), executable, args) from err
             raise
-        memory.track(outputs, executable.temp_bytes)
+        footprints = executable.footprints
+        if footprints is None:
+            footprints = executable.footprints = memory.footprints(outputs)
+        memory.track(outputs, executable.temp_bytes, footprints)
         return outputs
 
     def _check_room(self, executable: Executable, args) -> None:
