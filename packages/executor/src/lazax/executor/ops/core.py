@@ -106,10 +106,11 @@ def copy_to(ctx, value, shape, dtype):
 
 
 # The functional form of ``copy_`` (AOTAutograd writes a traced ``.grad`` this way):
-# ``src`` broadcast to ``self``'s shape, in ``self``'s dtype.
+# ``src`` (a tensor, or a number as in ``x.copy_(-1)``) broadcast to ``self``'s shape,
+# in ``self``'s dtype.
 @lowering(aten.copy.default)
 def copy(ctx, self, src, non_blocking=False):
-    return jnp.broadcast_to(cast(src, ctx.dtype), ctx.shape)
+    return jnp.broadcast_to(cast(jnp.asarray(src), ctx.dtype), ctx.shape)
 
 
 @lowering(aten._to_copy.default, aten.clone.default, aten.lift_fresh_copy.default)
