@@ -101,3 +101,33 @@ def test_a_sync_never_overwrites_an_in_place_write_through_a_view():
         if write_meanwhile in lx_exec.EXECUTOR.graph_hooks:
             lx_exec.EXECUTOR.graph_hooks.remove(write_meanwhile)
     torch.testing.assert_close(base.cpu(), torch.tensor([[1.0, 1.0, 1.0], [7.0, 8.0, 9.0]]))
+
+
+def test_backward_is_traced_on_the_thread_that_calls_it(monkeypatch):
+    """torch runs an accelerator's backward in a worker thread of its own; lazax turns
+    that off for the thread that imported it, so that no backward op hands the GIL to
+    another thread (a quarter of a small model's step). Another thread keeps torch's
+    default and is still right."""
+    seen = []
+    dispatch = lx_exec.LazyTensor.__dict__["__torch_dispatch__"].__func__
+
+    def recording(cls, func, types, args=(), kwargs=None):
+        seen.append(threading.get_ident())
+        return dispatch(cls, func, types, args, kwargs)
+
+    def grad_of_square(out):
+        x = torch.arange(4.0).to(DEV).requires_grad_()
+        (x * x).sum().backward()
+        out.append(x.grad.cpu())
+
+    monkeypatch.setattr(lx_exec.LazyTensor, "__torch_dispatch__", classmethod(recording))
+    results = []
+    grad_of_square(results)
+    assert set(seen) == {threading.get_ident()}
+    other = threading.Thread(target=grad_of_square, args=(results,))
+    other.start()
+    other.join()
+    monkeypatch.undo()
+    expected = 2 * torch.arange(4.0)
+    torch.testing.assert_close(results[0], expected)
+    torch.testing.assert_close(results[1], expected)

@@ -6,6 +6,14 @@ torch's PrivateUse1 backend to ``lazax`` and registers a Python device module, s
 and ``torch.manual_seed`` reach lazax. The device RNG is a (seed, counter) pair:
 every random op takes the next counter value, so results are new on each call and
 repeatable after ``torch.manual_seed``.
+
+Backward on the calling thread: torch's autograd engine runs the backward of a tensor on
+an accelerator in a worker thread of that device, so every backward op lazax traces
+would hand the GIL to that thread and back, and cost ~25% of a small model's step.
+``register()`` turns multithreaded backward off for the importing thread
+(``torch.autograd.set_multithreading_enabled(False)``, torch's public switch; thread
+local): backward runs where ``.backward()`` is called, as on the CPU. Other threads keep
+torch's default (correct, slower); ``set_multithreading_enabled(True)`` restores it.
 """
 
 from __future__ import annotations
@@ -118,6 +126,7 @@ def register() -> None:
         _registered = True
         return
     _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_LazaxDeviceModule())
+    torch.autograd.set_multithreading_enabled(False)
     _registered = True
 
 
