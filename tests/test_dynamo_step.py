@@ -20,25 +20,10 @@ import lazax.executor as lx_exec
 import lazax.modes as lx
 from benchmarks.models import CNN, CNNConfig, Decoder, lm_loss, make_images, make_tokens
 
+from .test_dynamo import counter, fresh_dynamo, samples  # noqa: F401  (fixture, autouse)
 from .test_training import SMALL
 
 DEV = lx.device()
-
-
-def counter(name):
-    return lx.metrics.counter_value(name) or 0
-
-
-def samples(name):
-    data = lx.metrics.metric_data(name)
-    return data[0] if data else 0
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def make_step(model, opt, sched=None):

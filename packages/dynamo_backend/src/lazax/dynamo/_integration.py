@@ -28,17 +28,22 @@ __all__ = ["install"]
 _installed = False
 
 
+def _unknown_torch(what: str) -> ImportError:
+    """The error for a torch whose dynamo no longer has what lazax reaches into."""
+    return ImportError(
+        f"lazax.dynamo does not know this torch's dynamo (torch {torch.__version__}): "
+        f"{what} is gone. Use lazax's lazy or compile mode, or a torch lazax.dynamo "
+        f"supports."
+    )
+
+
 def _register_tensor_type() -> None:
     from torch._dynamo import config
     from torch._dynamo.variables.builder import VariableBuilder
 
     impl = getattr(VariableBuilder, "_type_dispatch_impl", None)
     if impl is None or not hasattr(VariableBuilder, "wrap_tensor"):
-        raise ImportError(
-            f"lazax.dynamo does not know this torch's dynamo (torch {torch.__version__}): "
-            f"VariableBuilder._type_dispatch_impl is gone. Use lazax's lazy or compile "
-            f"mode, or a torch lazax.dynamo supports."
-        )
+        raise _unknown_torch("VariableBuilder._type_dispatch_impl")
     for trace_numpy in (False, True):  # the table is cached per this flag
         table = impl(trace_numpy)
         table[LazyTensor] = table[torch.Tensor]
@@ -69,11 +74,7 @@ def _model_as_plain_tensor() -> None:
 
     infer = getattr(builder, "infer_subclass_type", None)
     if infer is None:
-        raise ImportError(
-            f"lazax.dynamo does not know this torch's dynamo (torch {torch.__version__}): "
-            f"torch._dynamo.variables.builder.infer_subclass_type is gone. Use lazax's "
-            f"lazy or compile mode, or a torch lazax.dynamo supports."
-        )
+        raise _unknown_torch("torch._dynamo.variables.builder.infer_subclass_type")
     if getattr(infer, "_lazax", False):
         return
 
@@ -96,11 +97,7 @@ def _capturable_optimizers() -> None:
 
     original = getattr(OptimizerVariable, "_set_capturable", None)
     if original is None:
-        raise ImportError(
-            f"lazax.dynamo does not know this torch's dynamo (torch {torch.__version__}): "
-            f"OptimizerVariable._set_capturable is gone. Use lazax's lazy or compile "
-            f"mode, or a torch lazax.dynamo supports."
-        )
+        raise _unknown_torch("OptimizerVariable._set_capturable")
     if getattr(original, "_lazax", False):
         return
 

@@ -110,7 +110,7 @@ def copy_to(ctx, value, shape, dtype):
 # in ``self``'s dtype.
 @lowering(aten.copy.default)
 def copy(ctx, self, src, non_blocking=False):
-    return jnp.broadcast_to(cast(jnp.asarray(src), ctx.dtype), ctx.shape)
+    return copy_to(ctx, jnp.asarray(src), ctx.shape, ctx.dtype)
 
 
 @lowering(aten._to_copy.default, aten.clone.default, aten.lift_fresh_copy.default)
