@@ -1,0 +1,190 @@
+"""The XLA programs lazax and the pure-JAX twin hand the compiler, side by side.
+
+``python -m benchmarks.programs --model cnn`` builds the workload, lets lazax (lazy
+mode, the benchmark's step) compile its steady training step and its inference
+forward, compiles the JAX twin of each, and prints, per phase:
+
+- each program's optimized-HLO op counts side by side, for what the entry
+  computation runs (fusions, convolutions, copies: each one a kernel launch on a GPU)
+  and for every instruction inside the fusions; rows that differ are marked ``<``;
+- how long each executable takes alone (median of calls on zero inputs of its argument
+  shapes, nothing traced), so a gap in the benchmark splits into program and host;
+- with ``--op NAME`` (repeatable), every instruction of that opcode in both programs
+  (layouts, dimension numbers, window shapes), to see how they differ.
+
+Contract: ``op_counts(hlo_text) -> ProgramCounts`` parses XLA's optimized HLO text
+(``Executable.as_text()``, ``jax.stages.Compiled.as_text()``); ``lazax_programs(work,
+phase)`` returns the executables one steady lazy step compiles, largest first;
+``jax_program(work, phase)`` the twin's compiled step. ``--out DIR`` writes both
+programs' text there for a diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import torch
+
+import lazax.executor as lx_exec
+import lazax.modes as lx
+
+from .training import _train_step
+from .workloads import WORKLOADS, make_workload
+
+__all__ = ["ProgramCounts", "jax_program", "lazax_programs", "op_counts", "side_by_side"]
+
+PHASES = ("training", "inference")
+
+# `%name = f32[2]{0} add(%a, %b), ...` (the type may be a tuple with spaces in it).
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?[\w.\-]+ = .*? ([a-z][\w\-]*)\(")
+_COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$")
+
+
+@dataclass
+class ProgramCounts:
+    """Opcode counts of one optimized HLO module, and each instruction's text."""
+
+    entry: Counter = field(default_factory=Counter)  # what the entry computation runs
+    fused: Counter = field(default_factory=Counter)  # inside every other computation
+    lines: dict[str, list[str]] = field(default_factory=dict)  # opcode -> instructions
+
+
+def op_counts(hlo_text: str) -> ProgramCounts:
+    counts = ProgramCounts()
+    in_entry = None
+    for line in hlo_text.splitlines():
+        if not line.startswith(" "):
+            header = _COMPUTATION.match(line)
+            if header:
+                in_entry = bool(header.group(1))
+            continue
+        match = _INSTRUCTION.match(line)
+        if match is None or in_entry is None:
+            continue
+        opcode = match.group(1)
+        (counts.entry if in_entry else counts.fused)[opcode] += 1
+        counts.lines.setdefault(opcode, []).append(line.strip())
+    return counts
+
+
+def side_by_side(a: Counter, b: Counter, names: tuple[str, str]) -> list[str]:
+    """One row per opcode, the busiest first; ``<`` marks a difference."""
+    a, b = Counter(a), Counter(b)
+    rows = [f"  {'opcode':26s} {names[0]:>8s} {names[1]:>8s}"]
+    for op in sorted(set(a) | set(b), key=lambda k: (-(a[k] + b[k]), k)):
+        mark = "" if a[op] == b[op] else "  <"
+        rows.append(f"  {op:26s} {a[op]:8d} {b[op]:8d}{mark}")
+    rows.append(f"  {'total':26s} {sum(a.values()):8d} {sum(b.values()):8d}")
+    return rows
+
+
+def _inputs(work, phase):
+    return [batch if phase == "training" else batch[:1] for batch in work.batches]
+
+
+def lazax_programs(work, phase: str) -> list:
+    """The executables of one steady lazy step (``training``: the benchmark's
+    ``_train_step`` with ``sync()``; ``inference``: the forward in eval mode, no grad),
+    largest first. Two steps warm up; the cache is then emptied, so the third step's
+    compiles are exactly its programs."""
+    dev = lx.device()
+    model = copy.deepcopy(work.model).to(dev)
+    data = [tuple(t.to(dev) for t in batch) for batch in _inputs(work, phase)]
+    if phase == "training":
+        step = _train_step(model, work.make_optimizer(model.parameters()), work.loss)
+    else:
+        model.eval()
+        step = model
+    with torch.set_grad_enabled(phase == "training"):
+        for i in range(3):
+            if i == 2:
+                lx.sync(wait=True)
+                lx_exec.EXECUTOR.reset_cache()
+            out = step(*data[i % len(data)])
+            lx.sync()
+            lx.sync_tensors([out], wait=True)
+    cache = lx_exec.EXECUTOR.cache
+    programs = [cache.peek(key) for key in cache.keys()]
+    return sorted(programs, key=lambda e: len(e.as_text()), reverse=True)
+
+
+def jax_program(work, phase: str):
+    """The twin's step, compiled for the workload's first batch."""
+    if phase == "training":
+        step, state = work.jax_train_step()
+    else:
+        step, state = work.jax_forward()
+    batch = [jnp.asarray(t.numpy()) for t in _inputs(work, phase)[0]]
+    return step.lower(state, *batch).compile()
+
+
+def run_alone_ms(programs, calls: int = 20) -> list[float]:
+    """Median time of one call of each compiled program, on fresh zero inputs of its
+    argument shapes (fresh: a donated input is consumed by each call). The programs
+    take turns, so that a noisy machine slows them alike."""
+    makers = []
+    for compiled in programs:
+        leaves, tree = jax.tree_util.tree_flatten(compiled.args_info[0])
+        makers.append((leaves, tree))
+    samples = [[] for _ in programs]
+    for _ in range(calls + 2):
+        for compiled, (leaves, tree), times in zip(programs, makers, samples):
+            args = jax.tree_util.tree_unflatten(tree, [jnp.zeros(a.shape, a.dtype) for a in leaves])
+            jax.block_until_ready(args)
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            times.append(time.perf_counter() - start)
+    return [1e3 * statistics.median(times[2:]) for times in samples]
+
+
+def compare(work, phase: str, opcodes=(), out: Path | None = None, calls: int = 20) -> None:
+    ours = lazax_programs(work, phase)
+    twin = jax_program(work, phase)
+    mine = ours[0]
+    a, b = op_counts(mine.as_text()), op_counts(twin.as_text())
+    print(f"== {work.name} {phase}: lazax's largest of {len(ours)} program(s) vs pure JAX")
+    print("entry computation (each a kernel):")
+    print("\n".join(side_by_side(a.entry, b.entry, ("lazax", "jax"))))
+    print("inside fusions:")
+    print("\n".join(side_by_side(a.fused, b.fused, ("lazax", "jax"))))
+    lazax_ms, jax_ms = run_alone_ms([mine.compiled, twin], calls)
+    print(
+        f"run alone: lazax {lazax_ms:.2f} ms, jax {jax_ms:.2f} ms "
+        f"(lazax at {jax_ms / lazax_ms:.2f}x jax's speed)"
+    )
+    for opcode in opcodes:
+        for name, counts in (("lazax", a), ("jax", b)):
+            print(f"-- {opcode} in {name}:")
+            for line in counts.lines.get(opcode, []):
+                print(f"  {line[:240]}")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in (("lazax", mine.as_text()), ("jax", twin.as_text())):
+            (out / f"{work.name}-{phase}-{name}.hlo").write_text(text)
+        print(f"written: {out}/{work.name}-{phase}-{{lazax,jax}}.hlo")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="cnn", choices=sorted(WORKLOADS))
+    parser.add_argument("--phase", default="both", choices=(*PHASES, "both"))
+    parser.add_argument("--op", action="append", default=[], help="print this opcode's lines")
+    parser.add_argument("--calls", type=int, default=20, help="timed calls per program")
+    parser.add_argument("--out", type=Path, help="write both programs' HLO text here")
+    args = parser.parse_args(argv)
+    phases = PHASES if args.phase == "both" else (args.phase,)
+    for phase in phases:
+        compare(make_workload(args.model), phase, args.op, args.out, args.calls)
+
+
+if __name__ == "__main__":
+    main()

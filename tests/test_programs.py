@@ -1,0 +1,107 @@
+"""The programs lazax hands XLA, compared with what pure JAX hands it for the same
+model (``benchmarks.programs``): the op-count tool itself, and lowerings pinned to
+compile to JAX's program where the two should be the same."""
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.nn.functional as F
+
+import lazax.executor as lx_exec
+import lazax.modes as lx
+from benchmarks import programs
+from benchmarks.workloads import make_workload
+
+DEV = lx.device()
+
+HLO = """HloModule jit_fn, entry_computation_layout={(f32[4]{0})->(f32[4]{0}, s32[4]{0})}
+
+%fused_computation (param_0: f32[4]) -> f32[4] {
+  %param_0 = f32[4]{0} parameter(0)
+  %constant.1 = f32[] constant(1)
+  %broadcast.1 = f32[4]{0} broadcast(%constant.1), dimensions={}
+  ROOT %add.1 = f32[4]{0} add(%param_0, %broadcast.1)
+}
+
+ENTRY %main.5 (x.1: f32[4]) -> (f32[4], s32[4]) {
+  %x.1 = f32[4]{0} parameter(0)
+  %fusion = f32[4]{0} fusion(%x.1), kind=kLoop, calls=%fused_computation
+  %pair = (f32[4]{0}, s32[4]{0}) custom-call(%fusion), custom_call_target="f"
+  %gte = s32[4]{0} get-tuple-element(%pair), index=1
+  ROOT %tuple = (f32[4]{0}, s32[4]{0}) tuple(%fusion, %gte)
+}
+"""
+
+
+def test_op_counts_split_the_entry_from_the_fusions():
+    counts = programs.op_counts(HLO)
+    assert counts.entry == {
+        "parameter": 1, "fusion": 1, "custom-call": 1, "get-tuple-element": 1, "tuple": 1,
+    }  # fmt: skip
+    assert counts.fused == {"parameter": 1, "constant": 1, "broadcast": 1, "add": 1}
+    assert counts.lines["custom-call"][0].startswith("%pair = (f32[4]{0}, s32[4]{0})")
+
+
+def test_side_by_side_marks_only_the_rows_that_differ():
+    rows = programs.side_by_side(
+        programs.op_counts(HLO).entry, {"parameter": 1, "fusion": 2}, ("a", "b")
+    )
+    assert any(r.split() == ["fusion", "1", "2", "<"] for r in rows)
+    assert any(r.split() == ["parameter", "1", "1"] for r in rows)
+    assert rows[-1].split() == ["total", "5", "3"]
+
+
+def _lazy_program(fn, *inputs):
+    """The optimized HLO of ``fn``'s lazy graph, compiled alone."""
+    lx.sync(wait=True)
+    lx_exec.EXECUTOR.reset_cache()
+    with torch.no_grad():
+        out = fn(*(t.to(DEV) for t in inputs))
+        lx.sync_tensors([out], wait=True)
+    (key,) = list(lx_exec.EXECUTOR.cache.keys())
+    return lx_exec.EXECUTOR.cache.peek(key).as_text(), out
+
+
+def test_max_pool_whose_indices_nobody_reads_compiles_to_jaxs_max_window():
+    # torch routes F.max_pool2d through max_pool2d_with_indices; when the indices are
+    # dropped (inference), the program must be JAX's plain max window, not the
+    # pairwise (value, index) reduction the backward needs.
+    x = torch.randn(4, 3, 8, 8)
+    text, out = _lazy_program(lambda t: F.max_pool2d(t, 2), x)
+    torch.testing.assert_close(out.cpu(), F.max_pool2d(x, 2))
+
+    def twin(a):
+        return jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+    theirs = jax.jit(twin).lower(jnp.asarray(x.numpy())).compile().as_text()
+    ours_counts, their_counts = programs.op_counts(text), programs.op_counts(theirs)
+    assert ours_counts.fused == their_counts.fused
+    assert ours_counts.entry == their_counts.entry
+
+
+def test_max_pool_values_keep_torchs_nan_and_padding_rules():
+    x = torch.randn(2, 2, 5, 5)
+    x[0, 0, 1, 1] = float("nan")
+    x[1, 1] = float("-inf")
+    for kwargs in ({"padding": 1}, {"ceil_mode": True}, {"dilation": 2}):
+        text, out = _lazy_program(lambda t, kw=kwargs: F.max_pool2d(t, 3, 2, **kw), x)
+        torch.testing.assert_close(out.cpu(), F.max_pool2d(x, 3, 2, **kwargs), equal_nan=True)
+        values, indices = F.max_pool2d(x.to(DEV), 3, 2, return_indices=True, **kwargs)
+        expected = F.max_pool2d(x, 3, 2, return_indices=True, **kwargs)
+        torch.testing.assert_close(values.cpu(), expected[0], equal_nan=True)
+        assert torch.equal(indices.cpu(), expected[1])
+
+
+def test_the_tool_compares_a_cnn_in_both_phases(capsys):
+    work = make_workload("cnn", {"image": 8, "width": 4, "batch": 2})
+    for phase in programs.PHASES:
+        programs.compare(work, phase, opcodes=("reduce-window",), calls=2)
+    out = capsys.readouterr().out
+    assert "== cnn training: lazax's largest of 1 program(s) vs pure JAX" in out
+    assert "== cnn inference: lazax's largest of 1 program(s) vs pure JAX" in out
+    assert out.count("run alone: lazax") == 2
+    inference = out[out.index("== cnn inference") :]
+    assert "-- reduce-window in lazax:" in inference
+    # The steady inference program pools as JAX's does.
+    row = next(r for r in inference.splitlines() if r.split()[:1] == ["reduce-window"])
+    assert row.split() == ["reduce-window", "1", "1"]
