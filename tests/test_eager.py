@@ -95,6 +95,22 @@ def test_in_place_runs_once_and_writes_through_views(eager):
     torch.testing.assert_close(base.cpu(), expected)
 
 
+def test_an_op_that_fails_to_run_raises_at_the_call_and_leaves_nothing(eager):
+    x_cpu = torch.randn(4, 4)
+    x = x_cpu.to(DEV)
+    (x * 2.0).cpu()  # compiled: the next one only executes
+    lx_exec.EXECUTOR.runtime.fail_next("execute")
+    with pytest.raises(RuntimeError, match="injected execute failure"):
+        x * 2.0
+    torch.testing.assert_close(x.cpu(), x_cpu)
+    runs = samples("ExecuteTime") + samples("EagerOpExecuteTime")
+    lx.sync()  # the failed op left no pending work behind
+    assert samples("ExecuteTime") + samples("EagerOpExecuteTime") == runs
+    y = x * 2.0
+    assert lx_exec.ir_value(y).op == "device_data"  # made from the results
+    torch.testing.assert_close(y.cpu(), x_cpu * 2.0)
+
+
 def test_randn_compiles_once_new_values_and_repeats_after_seed(eager):
     a = torch.randn(16, device=DEV).cpu()
     compiles = samples("EagerOpCompileTime")

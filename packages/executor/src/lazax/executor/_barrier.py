@@ -221,6 +221,14 @@ class GraphExecutor:
                     if target._lz_value is root:
                         target._lz_value = value
 
+    def run_new(self, roots) -> list[ir.Value]:
+        """Eager mode's functional op: run the values ``roots`` (one op's outputs, held
+        by no tensor yet) now, without blocking; their device data, in order. Nothing
+        to donate or settle: the caller makes the tensors from the results."""
+        with self.sync_lock:
+            self.poll_checks()
+            return self.run_graph(list(roots))
+
     def sync_storages(self, storages) -> None:
         """Run the pending IR of these storages as one graph (an eager in-place write:
         the base is what changed, whether the write went through a view or not)."""

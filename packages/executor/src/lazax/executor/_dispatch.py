@@ -9,8 +9,9 @@ Contract, per call (the tracing hot path: no device work, no meta kernel on a hi
    parameters). A CPU tensor with dimensions raises torch's device-mismatch error.
 3. Build one IR node (its hash from the cached base hash and the operands' hashes) and
    the output tensors; in-place ops write into their first argument (through views).
-4. In eager mode, sync just the outputs (``apply_eager_sync``); an in-place op syncs the
-   storage it wrote. View outputs are not run: their IR folds into the next op.
+4. In eager mode, run the op's new values at once (``EXECUTOR.run_new``) and hand out
+   tensors holding the results; an in-place op syncs the storage it wrote. View
+   outputs are not run: their IR folds into the next op.
 A node deeper than ``EXECUTOR.pending_depth_warning`` ops warns once per process: a
 pending graph that never gets synced grows until its compile explodes.
 """
@@ -163,15 +164,17 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
         storage = args[plan.alias_source]._lz_storage
         made = [new_alias(v, lay, storage) for v, lay in zip(outputs, layouts)]
         return made[0] if info.result == 0 else _rebuild(info.result, made)
-    else:
-        first = operands[0] if operands else None
-        index = first._lz_storage.device_index if type(first) is LazyTensor else 0
-        if len(outputs) == 1:
-            made = [new_tensor(node, layouts[0], index)]
-        else:
-            made = [new_tensor(v, lay, index) for v, lay in zip(outputs, layouts)]
+    first = operands[0] if operands else None
+    index = first._lz_storage.device_index if type(first) is LazyTensor else 0
     if EXECUTOR.eager:
-        apply_eager_sync(made)
+        # Run first, then hand out tensors that hold the results: no pending IR to
+        # register and settle, nothing to donate (no tensor holds the outputs yet), and
+        # a failure leaves nothing behind.
+        made = [new_tensor(v, lay, index) for v, lay in zip(EXECUTOR.run_new(outputs), layouts)]
+    elif len(outputs) == 1:
+        made = [new_tensor(node, layouts[0], index)]
+    else:
+        made = [new_tensor(v, lay, index) for v, lay in zip(outputs, layouts)]
     result = info.result
     if result == 0:
         return made[0]

@@ -2,9 +2,10 @@
 
 Contract: eager mode is one boolean on the graph executor (``EXECUTOR.eager``). The
 tensor layer reads it wherever a tensor gets a new IR value and then syncs just those
-tensors (``apply_eager_sync``): the same lowering and the same LRU cache, so an op
-compiles once per input shape (``EagerOpCompileTime``) and afterwards only executes
-(``EagerOpExecuteTime``). ``LAZAX_USE_EAGER_MODE=1`` turns it on at import.
+tensors (``apply_eager_sync``; a functional op runs its outputs first and makes its
+tensors from the results, ``EXECUTOR.run_new``): the same lowering and the same LRU
+cache, so an op compiles once per input shape (``EagerOpCompileTime``) and afterwards
+only executes (``EagerOpExecuteTime``). ``LAZAX_USE_EAGER_MODE=1`` turns it on at import.
 """
 
 from __future__ import annotations
