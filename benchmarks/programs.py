@@ -4,13 +4,15 @@
 mode, the benchmark's step) compile its steady training step and its inference
 forward, compiles the JAX twin of each, and prints, per phase:
 
-- each program's optimized-HLO op counts side by side, for what the entry
-  computation runs (fusions, convolutions, copies: each one a kernel launch on a GPU)
-  and for every instruction inside the fusions; rows that differ are marked ``<``;
+- each program's optimized-HLO op counts side by side: the entry computation's
+  instructions (each fusion, convolution, copy, custom call is a kernel, a launch on a
+  GPU; parameters, constants, tuples and bitcasts are not) and every instruction of the
+  other computations (inside fusions, and reducers, sort comparators, loop bodies);
+  rows that differ are marked ``<``;
 - how long each executable takes alone (median of calls on zero inputs of its argument
   shapes, nothing traced), so a gap in the benchmark splits into program and host;
 - with ``--op NAME`` (repeatable), every instruction of that opcode in both programs
-  (layouts, dimension numbers, window shapes), to see how they differ.
+  (layouts, dimension numbers, window shapes), marked ``[entry]`` or ``[other]``.
 
 Contract: ``op_counts(hlo_text) -> ProgramCounts`` parses XLA's optimized HLO text
 (``Executable.as_text()``, ``jax.stages.Compiled.as_text()``); ``lazax_programs(work,
@@ -53,9 +55,10 @@ _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$")
 class ProgramCounts:
     """Opcode counts of one optimized HLO module, and each instruction's text."""
 
-    entry: Counter = field(default_factory=Counter)  # what the entry computation runs
-    fused: Counter = field(default_factory=Counter)  # inside every other computation
-    lines: dict[str, list[str]] = field(default_factory=dict)  # opcode -> instructions
+    entry: Counter = field(default_factory=Counter)  # the entry computation's
+    fused: Counter = field(default_factory=Counter)  # every other computation's
+    # opcode -> its instructions, each as ("entry" or "other", text)
+    lines: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 def op_counts(hlo_text: str) -> ProgramCounts:
@@ -72,7 +75,8 @@ def op_counts(hlo_text: str) -> ProgramCounts:
             continue
         opcode = match.group(1)
         (counts.entry if in_entry else counts.fused)[opcode] += 1
-        counts.lines.setdefault(opcode, []).append(line.strip())
+        where = "entry" if in_entry else "other"
+        counts.lines.setdefault(opcode, []).append((where, line.strip()))
     return counts
 
 
@@ -152,9 +156,9 @@ def compare(work, phase: str, opcodes=(), out: Path | None = None, calls: int = 
     mine = ours[0]
     a, b = op_counts(mine.as_text()), op_counts(twin.as_text())
     print(f"== {work.name} {phase}: lazax's largest of {len(ours)} program(s) vs pure JAX")
-    print("entry computation (each a kernel):")
+    print("entry computation (fusions, convolutions, copies... are kernels):")
     print("\n".join(side_by_side(a.entry, b.entry, ("lazax", "jax"))))
-    print("inside fusions:")
+    print("other computations (inside fusions; reducers, loop bodies):")
     print("\n".join(side_by_side(a.fused, b.fused, ("lazax", "jax"))))
     lazax_ms, jax_ms = run_alone_ms([mine.compiled, twin], calls)
     print(
@@ -164,8 +168,8 @@ def compare(work, phase: str, opcodes=(), out: Path | None = None, calls: int = 
     for opcode in opcodes:
         for name, counts in (("lazax", a), ("jax", b)):
             print(f"-- {opcode} in {name}:")
-            for line in counts.lines.get(opcode, []):
-                print(f"  {line[:240]}")
+            for where, line in counts.lines.get(opcode, []):
+                print(f"  [{where}] {line[:240]}")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         for name, text in (("lazax", mine.as_text()), ("jax", twin.as_text())):
