@@ -1,14 +1,16 @@
 """The XLA programs lazax and the pure-JAX twin hand the compiler, side by side.
 
-``python -m benchmarks.programs --model cnn`` builds the workload, lets lazax (lazy
-mode, the benchmark's step) compile its steady training step and its inference
-forward, compiles the JAX twin of each, and prints, per phase:
+``python -m benchmarks.programs --model cnn [--mode lazy|compile|dynamo|dynamo_step]``
+builds the workload, lets lazax (the benchmark's step in that mode; inference runs
+lazy or dynamo) compile its steady training step and its inference forward, compiles
+the JAX twin of each, and prints, per phase:
 
-- each program's optimized-HLO op counts side by side: the entry computation's
-  instructions (each fusion, convolution, copy, custom call is a kernel, a launch on a
-  GPU; parameters, constants, tuples and bitcasts are not) and every instruction of the
-  other computations (inside fusions, and reducers, sort comparators, loop bodies);
-  rows that differ are marked ``<``;
+- the programs' optimized-HLO op counts side by side (a mode that runs several
+  programs a step, summed): the entry computation's instructions (each fusion,
+  convolution, copy, custom call is a kernel, a launch on a GPU; parameters,
+  constants, tuples and bitcasts are not) and every instruction of the other
+  computations (inside fusions, and reducers, sort comparators, loop bodies); rows
+  that differ are marked ``<``;
 - how long each executable takes alone (median of calls on zero inputs of its argument
   shapes, nothing traced), so a gap in the benchmark splits into program and host;
 - with ``--op NAME`` (repeatable), every instruction of that opcode in both programs
@@ -16,9 +18,9 @@ forward, compiles the JAX twin of each, and prints, per phase:
 
 Contract: ``op_counts(hlo_text) -> ProgramCounts`` parses XLA's optimized HLO text
 (``Executable.as_text()``, ``jax.stages.Compiled.as_text()``); ``lazax_programs(work,
-phase)`` returns the executables one steady lazy step compiles, largest first;
-``jax_program(work, phase)`` the twin's compiled step. ``--out DIR`` writes both
-programs' text there for a diff.
+phase, mode)`` returns the executables one steady step compiles, largest first;
+``jax_program(work, phase)`` the twin's compiled step. ``--out DIR`` writes every
+program's text there for a diff.
 """
 
 from __future__ import annotations
@@ -39,10 +41,18 @@ import torch
 import lazax.executor as lx_exec
 import lazax.modes as lx
 
-from .training import _train_step
+from .training import _train_step, _whole_step
 from .workloads import WORKLOADS, make_workload
 
-__all__ = ["ProgramCounts", "jax_program", "lazax_programs", "op_counts", "side_by_side"]
+__all__ = [
+    "MODES",
+    "ProgramCounts",
+    "compare",
+    "jax_program",
+    "lazax_programs",
+    "op_counts",
+    "side_by_side",
+]
 
 PHASES = ("training", "inference")
 
@@ -95,19 +105,35 @@ def _inputs(work, phase):
     return [batch if phase == "training" else batch[:1] for batch in work.batches]
 
 
-def lazax_programs(work, phase: str) -> list:
-    """The executables of one steady lazy step (``training``: the benchmark's
-    ``_train_step`` with ``sync()``; ``inference``: the forward in eval mode, no grad),
-    largest first. Two steps warm up; the cache is then emptied, so the third step's
-    compiles are exactly its programs."""
+MODES = {"training": ("lazy", "compile", "dynamo", "dynamo_step"), "inference": ("lazy", "dynamo")}
+
+
+def _step(work, phase: str, mode: str, model):
+    """The benchmark's step in ``mode`` (``benchmarks.training``, ``.inference``)."""
+    if mode.startswith("dynamo"):
+        torch._dynamo.reset()
+    if phase == "inference":
+        model.eval()
+        return torch.compile(model, backend="lazax") if mode == "dynamo" else model
+    opt = work.make_optimizer(model.parameters())
+    if mode == "dynamo_step":
+        return torch.compile(_whole_step(model, opt, work.loss), backend="lazax")
+    loss = torch.compile(work.loss, backend="lazax") if mode == "dynamo" else work.loss
+    step = _train_step(model, opt, loss)
+    return lx.compile(step) if mode == "compile" else step
+
+
+def lazax_programs(work, phase: str, mode: str = "lazy") -> list:
+    """The executables of one steady step in ``mode`` (``training``: the benchmark's
+    training step, synced; ``inference``: the forward in eval mode, no grad), largest
+    first. Two steps warm up; the cache is then emptied, so the third step's compiles
+    are exactly its programs (dynamo's graphs too: it replays them by hash)."""
+    if mode not in MODES[phase]:
+        raise ValueError(f"{phase} runs in {MODES[phase]}, not {mode!r}")
     dev = lx.device()
     model = copy.deepcopy(work.model).to(dev)
     data = [tuple(t.to(dev) for t in batch) for batch in _inputs(work, phase)]
-    if phase == "training":
-        step = _train_step(model, work.make_optimizer(model.parameters()), work.loss)
-    else:
-        model.eval()
-        step = model
+    step = _step(work, phase, mode, model)
     with torch.set_grad_enabled(phase == "training"):
         for i in range(3):
             if i == 2:
@@ -119,6 +145,16 @@ def lazax_programs(work, phase: str) -> list:
     cache = lx_exec.EXECUTOR.cache
     programs = [cache.peek(key) for key in cache.keys()]
     return sorted(programs, key=lambda e: len(e.as_text()), reverse=True)
+
+
+def _summed(counts: list[ProgramCounts]) -> ProgramCounts:
+    total = ProgramCounts()
+    for c in counts:
+        total.entry.update(c.entry)
+        total.fused.update(c.fused)
+        for opcode, lines in c.lines.items():
+            total.lines.setdefault(opcode, []).extend(lines)
+    return total
 
 
 def jax_program(work, phase: str):
@@ -150,19 +186,25 @@ def run_alone_ms(programs, calls: int = 20) -> list[float]:
     return [1e3 * statistics.median(times[2:]) for times in samples]
 
 
-def compare(work, phase: str, opcodes=(), out: Path | None = None, calls: int = 20) -> None:
-    ours = lazax_programs(work, phase)
+def compare(
+    work, phase: str, opcodes=(), out: Path | None = None, calls: int = 20, mode: str = "lazy"
+) -> None:
+    ours = lazax_programs(work, phase, mode)
     twin = jax_program(work, phase)
-    mine = ours[0]
-    a, b = op_counts(mine.as_text()), op_counts(twin.as_text())
-    print(f"== {work.name} {phase}: lazax's largest of {len(ours)} program(s) vs pure JAX")
+    a, b = _summed([op_counts(e.as_text()) for e in ours]), op_counts(twin.as_text())
+    print(
+        f"== {work.name} {phase} ({mode}): lazax's {len(ours)} program(s), summed, "
+        "vs pure JAX's one"
+    )
     print("entry computation (fusions, convolutions, copies... are kernels):")
     print("\n".join(side_by_side(a.entry, b.entry, ("lazax", "jax"))))
     print("other computations (inside fusions; reducers, loop bodies):")
     print("\n".join(side_by_side(a.fused, b.fused, ("lazax", "jax"))))
-    lazax_ms, jax_ms = run_alone_ms([mine.compiled, twin], calls)
+    *mine_ms, jax_ms = run_alone_ms([e.compiled for e in ours] + [twin], calls)
+    each = " + ".join(f"{t:.2f}" for t in mine_ms)
+    lazax_ms = sum(mine_ms)
     print(
-        f"run alone: lazax {lazax_ms:.2f} ms, jax {jax_ms:.2f} ms "
+        f"run alone: lazax {lazax_ms:.2f} ms ({each}), jax {jax_ms:.2f} ms "
         f"(lazax at {jax_ms / lazax_ms:.2f}x jax's speed)"
     )
     for opcode in opcodes:
@@ -172,22 +214,30 @@ def compare(work, phase: str, opcodes=(), out: Path | None = None, calls: int = 
                 print(f"  [{where}] {line[:240]}")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        for name, text in (("lazax", mine.as_text()), ("jax", twin.as_text())):
-            (out / f"{work.name}-{phase}-{name}.hlo").write_text(text)
-        print(f"written: {out}/{work.name}-{phase}-{{lazax,jax}}.hlo")
+        stem = f"{work.name}-{phase}-{mode}"
+        for i, program in enumerate(ours):
+            (out / f"{stem}-lazax{i}.hlo").write_text(program.as_text())
+        (out / f"{stem}-jax.hlo").write_text(twin.as_text())
+        print(f"written: {out}/{stem}-{{lazax0..{len(ours) - 1},jax}}.hlo")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="cnn", choices=sorted(WORKLOADS))
     parser.add_argument("--phase", default="both", choices=(*PHASES, "both"))
+    parser.add_argument(
+        "--mode", default="lazy", help="lazy, compile, dynamo, dynamo_step (training only)"
+    )
     parser.add_argument("--op", action="append", default=[], help="print this opcode's lines")
     parser.add_argument("--calls", type=int, default=20, help="timed calls per program")
     parser.add_argument("--out", type=Path, help="write both programs' HLO text here")
     args = parser.parse_args(argv)
     phases = PHASES if args.phase == "both" else (args.phase,)
     for phase in phases:
-        compare(make_workload(args.model), phase, args.op, args.out, args.calls)
+        if args.mode in MODES[phase]:
+            compare(make_workload(args.model), phase, args.op, args.out, args.calls, args.mode)
+        else:
+            print(f"== {args.model} {phase}: no {args.mode} mode ({MODES[phase]})")
 
 
 if __name__ == "__main__":

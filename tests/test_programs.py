@@ -4,6 +4,7 @@ compile to JAX's program where the two should be the same."""
 
 import jax
 import jax.numpy as jnp
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -103,8 +104,8 @@ def test_the_tool_compares_a_cnn_in_both_phases(capsys):
     for phase in programs.PHASES:
         programs.compare(work, phase, opcodes=("reduce-window",), calls=2)
     out = capsys.readouterr().out
-    assert "== cnn training: lazax's largest of 1 program(s) vs pure JAX" in out
-    assert "== cnn inference: lazax's largest of 1 program(s) vs pure JAX" in out
+    assert "== cnn training (lazy): lazax's 1 program(s), summed, vs pure JAX's one" in out
+    assert "== cnn inference (lazy): lazax's 1 program(s), summed, vs pure JAX's one" in out
     assert out.count("run alone: lazax") == 2
     inference = out[out.index("== cnn inference") :]
     assert "-- reduce-window in lazax:" in inference
@@ -112,3 +113,16 @@ def test_the_tool_compares_a_cnn_in_both_phases(capsys):
     rows = [r.split() for r in inference.splitlines()]
     assert ["opcode", "lazax", "jax"] in rows
     assert any(r[:1] == ["total"] and len(r) == 3 for r in rows)
+
+
+def test_the_tool_sums_the_programs_of_a_dynamo_step(capsys):
+    work = make_workload("cnn", {"image": 8, "width": 4, "batch": 2})
+    programs.compare(work, "training", calls=2, mode="dynamo")
+    out = capsys.readouterr().out
+    # torch.compile(loss): forward, backward, the loss's gradient seed and the lazy
+    # optimizer update.
+    assert "== cnn training (dynamo): lazax's 4 program(s), summed" in out
+    times = out[out.index("run alone: lazax") :].split("(")[1].split(")")[0]
+    assert len(times.split(" + ")) == 4
+    with pytest.raises(ValueError, match="inference runs in"):
+        programs.lazax_programs(work, "inference", "compile")
