@@ -9,6 +9,8 @@ turned into a small instruction (rule, attributes, operand slots) first.
 Node attributes are ``(args, kwargs)`` templates in aten order, with ``("%", k)``
 standing for operand ``k``. Every output is cast to the dtype in the node's spec.
 Random rules get ``ctx.key`` from the node's last operand (an int64 seed parameter).
+``ctx.unread`` tells a multi-output rule which of its outputs nothing in this graph
+reads (the graph's hash covers which outputs are read, so the program may differ).
 
 Device-side checks (``_checks``): when ``CHECKS.enabled`` at the time jax traces ``fn``
 (the compile), the ``ctx.check`` calls of checked rules add one last output, an int64
@@ -70,9 +72,9 @@ def _instruction(node: ir.Node):
     return rule, args_t, kwargs_t, out, node.op
 
 
-def _run(instr, operands: list, checks: list | None = None):
+def _run(instr, operands: list, checks: list | None = None, unread: frozenset = frozenset()):
     rule, args_t, kwargs_t, out, name = instr
-    ctx = LoweringContext(out, checks=checks)
+    ctx = LoweringContext(out, checks=checks, unread=unread)
     if rule.random:
         seed = operands.pop()
         ctx.key = jax.random.key(seed)
@@ -100,6 +102,19 @@ def _run(instr, operands: list, checks: list | None = None):
     return fixed
 
 
+def _read_outputs(graph: ir.Graph) -> dict[int, set[int]]:
+    """Per multi-output node (by id), the indices of its outputs something reads."""
+    read: dict[int, set[int]] = {}
+    for node in graph.nodes:
+        for v in node.operands:
+            if len(v.node.specs) > 1:
+                read.setdefault(id(v.node), set()).add(v.index)
+    for r in graph.roots:
+        if len(r.node.specs) > 1:
+            read.setdefault(id(r.node), set()).add(r.index)
+    return read
+
+
 def lower(graph: ir.Graph):
     slot_of: dict[int, int] = {}
     for i, p in enumerate(graph.parameters):
@@ -107,6 +122,7 @@ def lower(graph: ir.Graph):
     program = []
     next_slot = len(graph.parameters)
     positions = graph.positions
+    read = _read_outputs(graph)
     for node in graph.nodes:
         if id(node) in slot_of:
             continue
@@ -115,7 +131,9 @@ def lower(graph: ir.Graph):
             operand_slots.append((slot_of[id(v.node)], v.index))
         instr = _instruction(node)
         checked = positions[id(node)] if instr[0].checked else None
-        program.append((instr, operand_slots, next_slot, checked))
+        n_out = len(node.specs)
+        unread = frozenset(range(n_out)) - read.get(id(node), set()) if n_out > 1 else frozenset()
+        program.append((instr, operand_slots, next_slot, checked, unread))
         slot_of[id(node)] = next_slot
         next_slot += 1
     roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
@@ -126,9 +144,9 @@ def lower(graph: ir.Graph):
         enabled = CHECKS.enabled
         rows: list = []
         fn.checks = []  # filled anew by each trace
-        for instr, operand_slots, slot, position in program:
+        for instr, operand_slots, slot, position, unread in program:
             checks = [] if enabled and position is not None else None
-            env[slot] = _run(instr, [env[s][i] for s, i in operand_slots], checks)
+            env[slot] = _run(instr, [env[s][i] for s, i in operand_slots], checks, unread)
             for bad, value, error, message in checks or ():
                 rows.append(jnp.stack([bad.astype(jnp.int64), value]))
                 fn.checks.append((position, error, message))

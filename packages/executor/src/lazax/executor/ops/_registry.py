@@ -59,6 +59,9 @@ class LoweringContext:
     key: Any = None
     # (any bad, first bad value, error name, message) per ``check``; None: checks off.
     checks: list | None = None
+    # Indices of the outputs nothing in the graph reads (neither a root nor an operand):
+    # a rule may return anything of the right shape there, and skip computing them.
+    unread: frozenset = frozenset()
 
     def check(self, bad, values, error: str, message) -> None:
         """Report ``error`` (a builtin exception's name) with ``message`` (``{value}``:

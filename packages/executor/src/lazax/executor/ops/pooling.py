@@ -6,15 +6,15 @@ Contract: float16/bfloat16 inputs are upcast to float32 (``_nn_common.acc_dtype`
 the window sums and interpolation, as torch's CPU kernels do, and cast to torch's
 output dtype once at the end. Index geometry (pool windows, ``ceil_mode``'s last
 window, the average's divisor, upsampling sources and weights) follows torch's CPU
-formulas, computed at trace time in the input's float precision. Max pooling's indices
-follow torch's kernels: the first maximum in window order wins, NaN counting as the
-maximum (the last NaN, as torch's ``val > max || isnan(val)`` scan leaves it). Its
-values are XLA's max over the window, NaN propagating: equal to torch's except that a
-window holding both zeros may give +0.0 where torch gives the first one's sign, and a
-NaN comes back as XLA's NaN (the values' program is then the one JAX's ``max_pool``
-compiles to, and it is all that runs when nothing reads the indices). Max pooling's
-backward scatters through the saved indices; the other backward rules are the
-``jax.vjp`` of their forward rule, so the two agree by construction.
+formulas, computed at trace time in the input's float precision. Max pooling follows
+torch's kernels: the first maximum in window order wins, NaN counting as the maximum
+(the last NaN, as torch's ``val > max || isnan(val)`` scan leaves it). Where nothing
+reads the indices (``ctx.unread``: inference) the values come from XLA's plain max
+window instead, JAX's program for max pooling: equal to torch's except that a window
+holding both zeros may give +0.0 where torch gives the first one's sign, and a NaN
+comes back as XLA's NaN. Max pooling's backward scatters through the saved indices;
+the other backward rules are the ``jax.vjp`` of their forward rule, so the two agree
+by construction.
 """
 
 from __future__ import annotations
@@ -83,14 +83,13 @@ def _max_pool(ctx, x, n, kernel_size, stride, padding, dilation):
         "padding": [(0, 0)] * len(lead) + pads,
         "window_dilation": ones + tuple(dilation),
     }
-    _, indices = lax.reduce_window((x, positions), (lowest, beyond), first_max, **window)
-    # The values on their own: a plain max window, which XLA compiles to a far faster
-    # loop than the pairwise reduction, and which is all that is left of this op when
-    # nothing reads the indices (inference: XLA drops the pairwise reduction). Where
-    # both are read (training, eager) the op costs ~1.3x the pairwise one alone; JAX's
-    # own max-pool gradient pays the same.
-    values = lax.reduce_window(x, lowest, lax.max, **window)
-    return values, indices
+    if 1 in ctx.unread:
+        # Nothing reads the indices (inference): a plain max window, the program JAX's
+        # max pooling compiles to, far faster than the pairwise reduction. Its values
+        # may differ from torch's in the sign of a zero and in a NaN's bits.
+        values = lax.reduce_window(x, lowest, lax.max, **window)
+        return values, jnp.zeros(values.shape, jnp.int64)
+    return lax.reduce_window((x, positions), (lowest, beyond), first_max, **window)
 
 
 @lowering(aten.max_pool2d_with_indices.default)
