@@ -63,7 +63,7 @@ class Mesh:
         if axis_names is None:
             axis_names = tuple(f"axis{i}" for i in range(len(mesh_shape)))
         axis_names = tuple(axis_names)
-        count = len(_barrier.EXECUTOR.runtime.devices)
+        count = len(_barrier.EXECUTOR.runtime.global_devices)  # every process's
         if math.prod(mesh_shape) != len(device_ids):
             raise ValueError(
                 f"a mesh of shape {mesh_shape} needs {math.prod(mesh_shape)} devices, but "
@@ -77,9 +77,10 @@ class Mesh:
         bad = [i for i in device_ids if not 0 <= i < count]
         if bad or len(set(device_ids)) != len(device_ids):
             raise ValueError(
-                f"device ids must be distinct and in [0, {count}) (this process has {count} "
-                f"devices; on the CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N "
-                f"before jax starts gives N), but got {device_ids}"
+                f"device ids must be distinct and in [0, {count}) (the job has {count} "
+                f"devices, every process's; on the CPU, "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count=N before jax starts "
+                f"gives N per process), but got {device_ids}"
             )
         self.device_ids = tuple(device_ids)
         self.mesh_shape = mesh_shape

@@ -46,6 +46,7 @@ __all__ = [
     "eager_mode",
     "eager_mode_context",
     "get_sharding",
+    "global_device_count",
     "is_eager_mode",
     "mark_sharding",
     "max_memory_allocated",
@@ -53,6 +54,8 @@ __all__ = [
     "memory_info",
     "memory_stats",
     "metrics",
+    "process_count",
+    "process_index",
     "reset_peak_memory_stats",
     "set_persistent_cache_dir",
     "shard_shapes",
@@ -74,8 +77,27 @@ def device(index: int = 0):
 
 
 def device_count() -> int:
-    """How many devices the runtime's platform has."""
+    """How many devices of the runtime's platform this process has (its own; under
+    jax's distributed runtime, ``global_device_count()`` counts every process's)."""
     return len(_executor.EXECUTOR.runtime.devices)
+
+
+def global_device_count() -> int:
+    """How many devices every process of the job has together (a ``Mesh`` numbers
+    them); ``device_count()`` in a single process."""
+    return len(_executor.EXECUTOR.runtime.global_devices)
+
+
+def process_index() -> int:
+    """This process's index in the job (0 unless jax's distributed runtime joined
+    several processes)."""
+    return _executor.EXECUTOR.runtime.process_index
+
+
+def process_count() -> int:
+    """How many processes the job has (1 unless jax's distributed runtime joined
+    several)."""
+    return _executor.EXECUTOR.runtime.process_count
 
 
 def sync(wait: bool = False) -> None:

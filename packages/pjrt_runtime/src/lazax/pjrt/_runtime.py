@@ -1,7 +1,10 @@
 """The runtime interface the executor talks to, implemented over jaxlib's PJRT clients.
 
 Contract (the narrow interface; a second implementation must stay possible):
-- ``devices`` / ``default_device``: the platform's devices, ``default_device`` index 0.
+- ``devices`` / ``default_device``: the platform's devices in this process (its
+  addressable ones), ``default_device`` index 0; ``global_devices``: every process's
+  (the same list as ``devices`` unless jax's distributed runtime joined processes),
+  ``process_index`` / ``process_count``: this process's place in that job.
 - ``to_device(array, device)``: host numpy array -> device buffer (asynchronous).
 - ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer).
 - ``compile(fn, arg_specs, device, arg_shardings, donate)``: a jax-traceable function
@@ -11,9 +14,10 @@ Contract (the narrow interface; a second implementation must stay possible):
   the program may write its outputs over (jax's ``donate_argnums``); the caller
   guarantees nothing reads them afterwards. Nothing runs. The executable's
   ``annotations`` attribute is the caller's to keep anything with the program.
-- ``mesh(device_ids, shape, axis_names)``, ``named_sharding(mesh, spec)``,
-  ``place(buffer, sharding)`` (a device buffer re-laid out, asynchronously), and
-  ``shard_shapes(buffer)`` (device id -> the shape of the piece that device holds).
+- ``mesh(device_ids, shape, axis_names)`` (ids index ``global_devices``),
+  ``named_sharding(mesh, spec)``, ``place(buffer, sharding)`` (a device buffer re-laid
+  out, asynchronously), and ``shard_shapes(buffer)`` (device id -> the shape of the
+  piece that device holds).
 - ``execute(executable, args)``: runs asynchronously; returns a tuple of buffers that
   are futures. Errors raised synchronously propagate, and then no donated argument has
   been consumed; an asynchronous failure surfaces when a result is waited on. Running
@@ -193,7 +197,12 @@ class PjrtRuntime:
 
     def __init__(self, platform: str | None = None) -> None:
         self.platform = platform or platform_from_env()
-        self.devices = jax_devices(self.platform)
+        self.global_devices = jax_devices(self.platform)
+        # Under jax's distributed runtime the platform lists every process's devices:
+        # this process places and reads only on its own.
+        self.process_index = jax.process_index()
+        self.process_count = jax.process_count()
+        self.devices = [d for d in self.global_devices if d.process_index == self.process_index]
         self.default_device = self.devices[0]
         self._faults: dict[str, BaseException] = {}
         self._compiled = False
@@ -280,7 +289,7 @@ class PjrtRuntime:
 
     # -- SPMD ------------------------------------------------------------------------
     def mesh(self, device_ids: Sequence[int], shape: Sequence[int], axis_names) -> Mesh:
-        devices = np.array([self.devices[i] for i in device_ids], dtype=object)
+        devices = np.array([self.global_devices[i] for i in device_ids], dtype=object)
         return Mesh(devices.reshape(tuple(shape)), tuple(axis_names))
 
     def named_sharding(self, mesh: Mesh, spec: Sequence[Any]) -> NamedSharding:
