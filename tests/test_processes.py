@@ -1,15 +1,30 @@
-"""Several processes joined by jax's distributed runtime (issue 20's first step): each
-process places, runs and reads on its own devices, and sees the job's.
+"""Several processes as one job (jax's distributed runtime): each process places, runs
+and reads on its own devices; one SPMD program spans every process's devices; the
+processes agree on each program before it runs; a lost process is an error, not a hang.
 
-Real processes on loopback: two, with two virtual CPU devices each and gloo
-collectives, as ``jax.distributed.initialize`` joins them on one host.
+Real processes on loopback, with virtual CPU devices and gloo collectives, started as
+torchrun starts them (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), or by
+torchrun itself. torch on the CPU and lazax in this one process (8 devices) are the
+oracles.
 """
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import lazax.modes as lx
+from benchmarks.models import Decoder, DecoderConfig, lm_loss, make_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
 
 WORKER = textwrap.dedent(
     """
@@ -86,3 +101,199 @@ def test_two_processes_each_run_on_their_own_devices_and_see_the_jobs(tmp_path):
         assert f"process {rank} ok" in out
     # Each trained its own seed's model: different losses, both equal to torch CPU's.
     assert outputs[0].split()[-1] != outputs[1].split()[-1]
+
+
+def _launch(scenario: str, devices_each: int = 4, timeout: float = 240, **env) -> list:
+    """Two processes of ``tests/_process_worker.py`` as torchrun would start them: (exit
+    status, output, seconds, parsed RESULT or None) per process."""
+    base = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_each}",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        WORLD_SIZE="2",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        **env,
+    )
+    base.pop("PJRT_DEVICE", None)
+    start = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "_process_worker.py"), scenario],
+            env=dict(base, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    out = []
+    try:
+        for proc in procs:
+            text, _ = proc.communicate(timeout=timeout)
+            lines = [ln for ln in text.splitlines() if ln.startswith("RESULT ")]
+            result = json.loads(lines[-1][len("RESULT ") :]) if lines else None
+            out.append((proc.returncode, text, time.monotonic() - start, result))
+    finally:
+        for proc in procs:
+            proc.kill()
+    return out
+
+
+CFG = DecoderConfig(vocab=64, d_model=32, n_heads=2, n_layers=1, seq=16, batch=8)
+
+
+def _one_process(mesh, fsdp: bool) -> tuple[list, list]:
+    """The worker's training, in this process: the whole batch marked over ``mesh`` (8
+    devices), or on one device (``mesh`` None)."""
+    torch.manual_seed(0)
+    model = Decoder(CFG).to(lx.device())
+    if fsdp:
+        for p in model.parameters():
+            if p.shape[0] % 8 == 0:
+                lx.mark_sharding(p, mesh, ("data",) + (None,) * (p.dim() - 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses, compiles = [], []
+    for step in range(10):
+        x = make_tokens(CFG, step).to(lx.device())
+        if mesh is not None:
+            lx.mark_sharding(x, mesh, ("data", None))
+        before = lx.metrics.counter_value("UncachedCompile") or 0
+        opt.zero_grad()
+        loss = lm_loss(model(x), x)
+        loss.backward()
+        opt.step()
+        lx.sync()
+        compiles.append((lx.metrics.counter_value("UncachedCompile") or 0) - before)
+        losses.append(loss)
+    return [loss.item() for loss in losses], compiles
+
+
+def test_two_processes_of_four_devices_train_as_one_process_of_eight():
+    ran = _launch("train")
+    for rank, (code, text, _, result) in enumerate(ran):
+        assert code == 0 and result is not None, f"process {rank} failed:\n{text[-4000:]}"
+    results = [r for *_, r in ran]
+    mesh = lx.Mesh(range(8), (8,), ("data",))
+    one_device, _ = _one_process(None, False)
+    for kind, fsdp in (("dp", False), ("fsdp", True)):
+        eight, eight_compiles = _one_process(mesh, fsdp)
+        for rank, result in enumerate(results):
+            got = result[kind]
+            torch.testing.assert_close(got["losses"], eight, rtol=1e-4, atol=0)
+            torch.testing.assert_close(got["losses"], one_device, rtol=1e-4, atol=0)
+            # One graph for the first step, one for the second (AdamW's state now
+            # exists), then the steady step: nothing more, as in one process.
+            assert got["compiles"] == eight_compiles, (kind, rank, got["compiles"])
+            assert sum(got["compiles"][2:]) == 0
+            # Each process holds its own rows of the batch, one per device.
+            expected = make_tokens(CFG, 9)[rank * 4 : (rank + 1) * 4].tolist()
+            assert got["batch_part"] == expected
+            assert got["batch_shards"] == [[1, 16]]
+            shards = got["weight_shards"]
+            assert sorted(int(k) for k in shards) == list(range(rank * 4, rank * 4 + 4))
+            # DP: every device holds the whole weight; FSDP: 16 of its 128 rows, and so
+            # does AdamW's state.
+            rows = 16 if fsdp else 128
+            assert set(map(tuple, shards.values())) == {(rows, 32)}, shards
+            assert got["state_shards"] == [[rows, 32]]
+        assert results[0][kind]["weight_sum"] == results[1][kind]["weight_sum"]
+    for result in results:
+        assert "split over several processes" in result["read_split"]
+        assert "lazax.modes.distributed.local_part" in result["read_split"]
+        assert result["replicated_read"] == 12.0  # process 1's four rows of ones
+        assert (result["local_devices"], result["devices"]) == (4, 8)
+
+
+def test_processes_that_trace_different_graphs_raise_naming_the_node():
+    ran = _launch("diverge", devices_each=2, LAZAX_DISTRIBUTED_TIMEOUT="60")
+    for rank, (code, text, _, result) in enumerate(ran):
+        assert result is not None and "error" in result, f"process {rank}:\n{text[-4000:]}"
+        assert code == 0  # both raised where they compiled, and left together
+        error = result["error"]
+        assert "traced different programs" in error
+        # Process 0 synced mid-step (the .item() in peek): its graph ends where process
+        # 1's goes on, into the backward pass.
+        mine, theirs = ("(the graph ends here)", "aten::") if rank == 0 else ("aten::", "(the")
+        assert f"is\n  {mine}" in error and f"but\n  {theirs}" in error, error
+        assert "_process_worker.py" in error  # where each process synced
+        assert "Nothing was compiled or run" in error
+
+
+def test_a_lost_process_is_an_error_in_the_others_within_the_heartbeat_timeout():
+    ran = _launch("die", devices_each=2, HEARTBEAT="5")
+    code, text, _, result = ran[0]
+    assert ran[1][0] == 3  # process 1 left at step 2
+    assert code == 1, text[-4000:]  # not a hang, not an abort
+    assert result is not None, text[-4000:]
+    # Found by the coordination service (no heartbeat), or by the collective's transport
+    # (the connection to process 1 reset), whichever comes first.
+    assert result["error"].startswith("ProcessLostError: lazax: "), result["error"]
+    assert "stopped" in result["error"]
+    assert result["seconds"] < 60, result
+
+
+def test_torchrun_launches_the_example_and_every_process_trains_the_same_model():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env.pop("PJRT_DEVICE", None)
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    command += ["--master-port", str(_free_port()), "examples/data_parallel.py", "--steps", "8"]
+    ran = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    # The processes' lines may interleave in torchrun's output.
+    found = dict(re.findall(r"process (\d) of 2: (.*? programs compiled)", ran.stdout))
+    assert sorted(found) == ["0", "1"], ran.stdout
+    # Both processes: 2 of 4 devices, the same losses, the first step's program and the
+    # steady one (AdamW's state exists from step 2).
+    ends = set(found.values())
+    assert len(ends) == 1, found
+    (end,) = ends
+    assert end.startswith("2 of 4 devices, 8 steps, loss ") and end.endswith(
+        ", 2 programs compiled"
+    )
+    first, last = (float(v) for v in end.split("loss ")[1].split(",")[0].split(" -> "))
+    assert last < first
+
+
+def test_a_process_whose_peers_never_come_raises_within_the_timeout():
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env.update(RANK="0", WORLD_SIZE="2")
+    code = "import lazax.modes as lx; lx.distributed.initialize(timeout=3)"
+    start = time.monotonic()
+    ran = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert time.monotonic() - start < 60
+    assert ran.returncode == 1
+    assert "TimeoutError: lazax: process 0 of 2 could not meet the others" in ran.stderr
+
+
+def test_initialize_alone_is_one_process_and_late_is_an_error(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    lx.distributed.initialize()  # no launcher: a job of one process, nothing to join
+    assert not lx.distributed.is_initialized()
+    assert (lx.process_index(), lx.process_count()) == (0, 1)
+    with pytest.raises(ValueError, match=r"process_id must be in \[0, 2\)"):
+        lx.distributed.initialize(num_processes=2, process_id=2)
+    lx.device()  # this process uses its devices: too late to join a job
+    with pytest.raises(RuntimeError, match="must start before anything uses a device"):
+        lx.distributed.initialize("127.0.0.1:1", num_processes=2, process_id=0)
+
+
+def test_global_tensor_and_local_part_in_one_process_are_the_whole_value():
+    mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))
+    batch = torch.arange(48.0).reshape(8, 6)
+    x = lx.distributed.global_tensor(batch, mesh, ("data", None))
+    assert lx.get_sharding(x) == lx.Sharding(mesh, ("data", None))
+    assert lx.shard_shapes(x) == {d: (4, 6) for d in range(8)}
+    torch.testing.assert_close(x.cpu(), batch)
+    torch.testing.assert_close(lx.distributed.local_part(x * 2), batch * 2)
+    wide = torch.arange(64.0).reshape(8, 8).to(torch.bfloat16)
+    y = lx.distributed.global_tensor(wide, mesh, (None, "model"))
+    assert lx.shard_shapes(y) == {d: (8, 2) for d in range(8)}
+    torch.testing.assert_close(lx.distributed.local_part(y), wide)
+    with pytest.raises(ValueError, match=r"part of shape \(3, 6\) does not fit"):
+        lx.distributed.global_tensor(torch.ones(3, 6), mesh, ("data", None))
+    with pytest.raises(ValueError, match="names mesh axis 'rows'"):
+        lx.distributed.global_tensor(batch, mesh, ("rows", None))

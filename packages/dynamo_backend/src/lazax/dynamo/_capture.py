@@ -172,6 +172,11 @@ class Replay:
         self.sites = {k: (n.op, n.data) for k, n in enumerate(graph.reached) if n.op in checked}
         # SPMD: the input shardings this replay is compiled for (part of its key).
         self.placement = executor.sharded_placement(graph)
+        # What a job's processes compare before compiling a cross-process program
+        # (text only: a replay keeps no IR).
+        self.lines = None
+        if self.placement is not None and EXECUTOR.runtime.process_count > 1:
+            self.lines = executor.describe_graph(graph)
         seed_order = {id(s): k for k, s in enumerate(seeds)}
         host_nodes = {id(leaf): i for i, leaf in host}
         self.template: list = []
@@ -218,7 +223,7 @@ class Replay:
             self.compiled.add(donate)
             shardings = None if self.placement is None else self.placement[1]
             entry = EXECUTOR.compile_into_cache(
-                key, lambda: self.lowered, "CompileTime", shardings, donate
+                key, lambda: self.lowered, "CompileTime", shardings, donate, self.lines
             )
         else:
             metrics.bump("CachedCompile")

@@ -16,12 +16,15 @@ from ._device import RNG, device, register
 register()
 
 from . import metrics  # noqa: E402
+from ._agreement import GraphsDifferError  # noqa: E402
+from ._agreement import describe as describe_graph  # noqa: E402
 from ._autocast import install as _install_autocast  # noqa: E402
 from ._autocast import missing_policies as autocast_missing_policies  # noqa: E402
 from ._barrier import EXECUTOR, GraphExecutor  # noqa: E402
 from ._checks import CHECKS  # noqa: E402
 from ._debug import GraphCountSession  # noqa: E402
 from ._dispatch import apply_eager_sync  # noqa: E402
+from ._global import global_tensor, local_part  # noqa: E402
 from ._lowering import lower as lower_graph  # noqa: E402
 from ._module_moves import install as _install_module_moves  # noqa: E402
 from ._sharding import (  # noqa: E402
@@ -86,6 +89,7 @@ __all__ = [
     "RNG",
     "DuplicateLoweringError",
     "GraphCountSession",
+    "GraphsDifferError",
     "GraphExecutor",
     "Layout",
     "LazyTensor",
@@ -97,11 +101,14 @@ __all__ = [
     "autocast_missing_policies",
     "checked_ops",
     "clear_sharding",
+    "describe_graph",
     "device",
     "from_cpu",
     "get_lowering",
     "get_sharding",
+    "global_tensor",
     "ir_value",
+    "local_part",
     "lower_graph",
     "lowering",
     "mark_sharding",

@@ -41,6 +41,7 @@ from lazax import cache as lazax_cache
 from lazax import ir, pjrt
 
 from . import metrics
+from ._agreement import agree, describe
 from ._checks import CHECKS
 from ._donation import DonationPolicy
 from ._keys import KeyParts, RecompileLog
@@ -115,12 +116,17 @@ class GraphExecutor:
         return entry
 
     def compile_into_cache(
-        self, key, lower_fn, timer: str = "CompileTime", arg_shardings=None, donate=()
+        self, key, lower_fn, timer: str = "CompileTime", arg_shardings=None, donate=(), lines=None
     ):
         """On a cache miss: ``lower_fn() -> (fn, arg_specs)``, compile (timed as
         ``timer``; SPMD over ``arg_shardings`` if given; ``donate``: argument indices
         whose buffers the outputs may take over) and keep the executable under the
-        memory key ``key``."""
+        memory key ``key``. A program over several processes' devices is compiled only
+        once every process agrees on it (``_agreement``; ``lines``: the graph's
+        description, or a callable giving it)."""
+        if arg_shardings is not None and self.runtime.process_count > 1:
+            if any(pjrt.spans_processes(s) for s in arg_shardings):
+                agree(self.runtime, key, lines, self.graph_name, self.compile_site()[1])
         with metrics.timed(timer):
             fn, arg_specs = lower_fn()
             entry = self.compile_executable(fn, arg_specs, arg_shardings, donate)
@@ -327,7 +333,9 @@ class GraphExecutor:
                 self.recompiles.on_compile(*self._site(graph, placed, donate))
             timer = "EagerOpCompileTime" if eager else "CompileTime"
             shardings = placed[1] if placed is not None else None
-            entry = self.compile_into_cache(key, lambda: lower(graph), timer, shardings, donate)
+            entry = self.compile_into_cache(
+                key, lambda: lower(graph), timer, shardings, donate, lambda: describe(graph)
+            )
         else:
             metrics.bump("CachedCompile")
             self.check_execution_allowed("an execution", graph)

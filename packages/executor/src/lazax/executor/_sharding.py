@@ -113,8 +113,9 @@ class Sharding:
     partition_spec: tuple
 
 
-def _normalize(mesh: Mesh, spec, shape) -> tuple:
-    """``spec`` with every axis as a name, checked against ``mesh`` and ``shape``."""
+def _normalize(mesh: Mesh, spec, shape, divides: bool = True) -> tuple:
+    """``spec`` with every axis as a name, checked against ``mesh`` and ``shape`` (with
+    ``divides``: each split dimension divides over its axes' devices)."""
     spec = tuple(spec)
     if len(spec) != len(shape):
         raise ValueError(
@@ -142,7 +143,7 @@ def _normalize(mesh: Mesh, spec, shape) -> tuple:
             used.add(axis)
             resolved.append(axis)
         ways = math.prod(mesh.size(a) for a in resolved)
-        if shape[dim] % ways:
+        if divides and shape[dim] % ways:
             raise ValueError(
                 f"dimension {dim} of size {shape[dim]} does not divide across mesh axes "
                 f"{tuple(resolved)} ({ways} devices); pad it to a multiple of {ways} or "

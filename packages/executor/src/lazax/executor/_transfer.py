@@ -24,7 +24,7 @@ from ._dtypes import dtype_name, torch_dtype
 from ._oom import out_of_memory
 from ._tensor import LazyTensor, ir_value
 
-__all__ = ["from_cpu", "to_cpu"]
+__all__ = ["from_cpu", "host_tensor", "to_cpu"]
 
 _VIEW_AS = {
     torch.bfloat16: torch.int16,
@@ -91,7 +91,7 @@ def to_cpu(t: LazyTensor) -> torch.Tensor:
                 # compiled per shape.
                 EXECUTOR.sync_storages([storage])
             if not storage.pending:
-                whole = _host_tensor(storage.value.node.data, base_dtype, base.shape).reshape(-1)
+                whole = host_tensor(storage.value.node.data, base_dtype, base.shape).reshape(-1)
                 if base_dtype != t.dtype:
                     whole = whole.view(t.dtype)
                 size, stride, offset = view
@@ -99,15 +99,25 @@ def to_cpu(t: LazyTensor) -> torch.Tensor:
                 EXECUTOR.read_checks(wait=False)
                 return out
     EXECUTOR.sync_tensors_graph([t], wait=False)
-    out = _host_tensor(ir_value(t).node.data, t.dtype, t.shape)
+    out = host_tensor(ir_value(t).node.data, t.dtype, t.shape)
     # A value computed with an index out of range must not reach the user unflagged.
     EXECUTOR.read_checks(wait=False)
     return out
 
 
-def _host_tensor(buffer, dtype: torch.dtype, shape) -> torch.Tensor:
+def host_tensor(buffer, dtype: torch.dtype, shape, read=None) -> torch.Tensor:
+    """``buffer`` as a CPU tensor of ``dtype`` and ``shape``; ``read``: buffer -> numpy
+    array (default: the whole value, ``runtime.to_host``)."""
     with metrics.timed("TransferFromDeviceTime"):
-        array = EXECUTOR.runtime.to_host(buffer)
+        try:
+            array = (read or EXECUTOR.runtime.to_host)(buffer)
+        except pjrt.SplitAcrossProcessesError as err:
+            raise RuntimeError(
+                f"lazax: cannot read this {tuple(shape)} tensor whole in process "
+                f"{EXECUTOR.runtime.process_index}: {err}. Read this process's part "
+                f"with lazax.modes.distributed.local_part(t), or replicate it first "
+                f"(lx.mark_sharding(t, mesh, (None,) * t.dim()), then read it)."
+            ) from None
     carrier = _VIEW_AS.get(dtype)
     if carrier is not None:
         array = array.view(np.dtype(str(carrier).replace("torch.", "")))

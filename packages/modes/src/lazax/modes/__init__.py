@@ -22,7 +22,7 @@ from lazax.executor import (
     shard_shapes,
 )
 
-from . import metrics
+from . import distributed, metrics
 from ._compile import CompiledRegion, compile
 from ._eager import eager_mode, eager_mode_context, is_eager_mode
 from ._memory import (
@@ -43,6 +43,7 @@ __all__ = [
     "compile",
     "device",
     "device_count",
+    "distributed",
     "eager_mode",
     "eager_mode_context",
     "get_sharding",

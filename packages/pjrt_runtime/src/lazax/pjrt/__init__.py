@@ -7,7 +7,21 @@ runtime, created on first use. Imports no torch.
 
 from __future__ import annotations
 
+import os
+import warnings
+from collections.abc import Sequence
+
 from ._platform import PLATFORMS, PlatformUnavailableError, platform_from_env
+from ._processes import (
+    ProcessLostError,
+    SplitAcrossProcessesError,
+    exchange,
+    from_process_local,
+    is_initialized,
+    local_part,
+    spans_processes,
+)
+from ._processes import initialize as _join
 from ._runtime import (
     STAGES,
     DeviceOutOfMemory,
@@ -25,12 +39,20 @@ __all__ = [
     "Executable",
     "PjrtRuntime",
     "PlatformUnavailableError",
+    "ProcessLostError",
+    "SplitAcrossProcessesError",
     "__version__",
+    "exchange",
+    "from_process_local",
+    "initialize_distributed",
+    "is_distributed",
     "is_out_of_memory",
+    "local_part",
     "numpy_dtype",
     "platform_from_env",
     "runtime",
     "set_runtime",
+    "spans_processes",
 ]
 
 _RUNTIME: PjrtRuntime | None = None
@@ -40,8 +62,60 @@ def runtime() -> PjrtRuntime:
     """The process-wide runtime for ``PJRT_DEVICE``, created on first call."""
     global _RUNTIME
     if _RUNTIME is None:
+        _warn_if_launched_unjoined()
         _RUNTIME = PjrtRuntime()
     return _RUNTIME
+
+
+def initialize_distributed(
+    coordinator_address: str,
+    num_processes: int,
+    process_id: int,
+    local_device_ids: Sequence[int] | None = None,
+    timeout_s: int = 300,
+    heartbeat_timeout_s: int = 100,
+) -> None:
+    """Join this process to a job of ``num_processes`` (jax's distributed runtime, its
+    coordinator at ``coordinator_address``, run by process 0). Before the runtime's
+    first use; on the CPU, collectives over gloo. ``timeout_s``: how long to wait for
+    every process to join; ``heartbeat_timeout_s``: after how long without a heartbeat
+    a process counts as dead (the others then fail)."""
+    _join(
+        coordinator_address,
+        num_processes,
+        process_id,
+        local_device_ids,
+        timeout_s,
+        heartbeat_timeout_s,
+        platform=platform_from_env(),
+        runtime_exists=_RUNTIME is not None,
+    )
+
+
+def is_distributed() -> bool:
+    """Whether this process is one of several in a job (jax's distributed runtime)."""
+    return is_initialized()
+
+
+_warned: list[bool] = []
+
+
+def _warn_if_launched_unjoined() -> None:
+    """A launcher (torchrun, mpirun) started several processes that never joined: each
+    would run the whole job alone, on every device of its host."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return
+    if world > 1 and not is_initialized() and not _warned:
+        _warned.append(True)
+        warnings.warn(
+            f"lazax: WORLD_SIZE={world}, but this process did not join the other "
+            f"processes: each runs alone on all of its host's devices. Call "
+            f"lazax.modes.distributed.initialize() first thing in the script.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def set_runtime(new: PjrtRuntime | None):

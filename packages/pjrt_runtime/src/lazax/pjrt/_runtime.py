@@ -58,6 +58,15 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 
 from ._memory import MemoryTracker
 from ._platform import jax_devices, platform_from_env
+from ._processes import (
+    SplitAcrossProcessesError,
+    from_process_local,
+    local_part,
+    peers_watched,
+    place_across,
+    spans_processes,
+    wait_watched,
+)
 
 __all__ = [
     "DeviceOutOfMemory",
@@ -203,6 +212,9 @@ class PjrtRuntime:
         self.process_index = jax.process_index()
         self.process_count = jax.process_count()
         self.devices = [d for d in self.global_devices if d.process_index == self.process_index]
+        # A device's place in ``global_devices`` (what a Mesh's ids and shard_shapes use;
+        # jax's own ids are not 0..n-1 across processes).
+        self._global_index = {d: k for k, d in enumerate(self.global_devices)}
         self.default_device = self.devices[0]
         self._faults: dict[str, BaseException] = {}
         self._compiled = False
@@ -259,6 +271,17 @@ class PjrtRuntime:
 
     def to_host(self, buffer: jax.Array) -> np.ndarray:
         self._check_fault("to_host")
+        if self.process_count > 1 and not (
+            buffer.is_fully_addressable or buffer.is_fully_replicated
+        ):
+            raise SplitAcrossProcessesError(
+                f"the {tuple(buffer.shape)} value is split over several processes' "
+                f"devices ({buffer.sharding}): this process holds only its pieces"
+            )
+        if self.process_count > 1:
+            with peers_watched():
+                wait_watched((buffer,))
+                return np.asarray(buffer)
         return np.asarray(buffer)
 
     def use_persistent_cache(self, path: str, read_only: bool = False) -> None:
@@ -297,6 +320,15 @@ class PjrtRuntime:
 
     def place(self, buffer: Any, sharding: Any) -> jax.Array:
         self._check_fault("to_device")
+        if self.process_count > 1 and spans_processes(sharding):
+            if getattr(buffer, "sharding", None) is None or (
+                buffer.sharding.device_set != sharding.device_set
+            ):
+                # jax moves no buffer between processes' devices: every process builds
+                # its own pieces from its own copy.
+                placed = place_across(buffer, sharding)
+                self.memory.track((placed,))
+                return placed
         placed = jax.device_put(buffer, sharding)
         if placed is not buffer:
             self.memory.track((placed,))
@@ -306,7 +338,8 @@ class PjrtRuntime:
         return self._shardings[device or self.default_device]
 
     def shard_shapes(self, buffer: jax.Array) -> dict[int, tuple[int, ...]]:
-        return {s.device.id: tuple(s.data.shape) for s in buffer.addressable_shards}
+        index = self._global_index
+        return {index[s.device]: tuple(s.data.shape) for s in buffer.addressable_shards}
 
     def compile(
         self,
@@ -423,9 +456,30 @@ class PjrtRuntime:
         return buffer.is_ready()
 
     def wait(self, buffers: Sequence[jax.Array]) -> None:
+        if self.process_count > 1:
+            with peers_watched():
+                wait_watched(list(buffers))
+                jax.block_until_ready(list(buffers))
+            return
         jax.block_until_ready(list(buffers))
 
     def wait_all(self) -> None:
         live = [b for b in self.memory.live_buffers() if not b.is_deleted()]
         if live:
-            jax.block_until_ready(live)
+            self.wait(live)
+
+    # -- several processes -----------------------------------------------------------
+    def global_array(self, local: np.ndarray, sharding: Any, global_shape=None) -> jax.Array:
+        """One buffer over ``sharding`` from each process's own ``local`` part (jax's
+        ``make_array_from_process_local_data``; ``global_shape`` inferred when None)."""
+        self._check_fault("to_device")
+        buffer = from_process_local(local, sharding, global_shape)
+        self.memory.track((buffer,))
+        return buffer
+
+    def local_part(self, buffer: jax.Array) -> np.ndarray:
+        """The block of ``buffer``'s value that this process's devices hold."""
+        self._check_fault("to_host")
+        with peers_watched():
+            wait_watched((buffer,))
+            return local_part(buffer)[0]

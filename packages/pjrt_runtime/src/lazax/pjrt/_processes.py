@@ -1,0 +1,288 @@
+"""Several processes as one job, over jax's distributed runtime.
+
+Contract:
+- ``initialize(coordinator_address, num_processes, process_id, local_device_ids,
+  timeout_s, heartbeat_timeout_s)`` joins this process to the job
+  (``jax.distributed.initialize``). It must come before the runtime exists and before
+  jax touches a device (``RuntimeError`` otherwise); on the CPU the job's collectives
+  run over gloo. ``is_initialized()`` says whether it ran.
+- ``spans_processes(sharding)``: whether a sharding places pieces on another process's
+  devices (a program or buffer that does needs every process to take part).
+- ``place_across(buffer, sharding)``: a buffer this process holds, laid out over a
+  sharding that spans processes: each process builds its own pieces from its own copy,
+  so every process must hold the same value (jax's rule for ``device_put`` of host
+  data). ``from_process_local(local, sharding, global_shape)``: one global buffer from
+  each process's own part (jax's ``make_array_from_process_local_data``).
+- ``local_part(buffer)``: ``(array, offsets)``, the block of the global value that this
+  process's devices hold, and where it starts; ``ValueError`` when this process's
+  pieces are not one block.
+- ``exchange(tag, value, timeout_s)``: every process's ``value`` (bytes), by process
+  index, through the coordination service's key-value store; ``TimeoutError`` naming
+  the processes that did not arrive. Tags must be used once each, in the same order in
+  every process.
+- ``wait_watched(buffers, poll_s)``: waits for ``buffers`` while watching the job's
+  processes: raises ``ProcessLostError`` once the coordination service counts one as
+  dead (no heartbeat for ``heartbeat_timeout_s``), instead of waiting forever on a
+  collective it will never join. Inside ``peers_watched()``, an error of a collective
+  whose transport lost a peer is a ``ProcessLostError`` too.
+- ``SplitAcrossProcessesError``: reading a buffer to the host whose value lies on
+  several processes' devices (a replicated one reads back whole).
+
+jax's coordination-service client is not public API: it is reached in ``_client`` only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = [
+    "ProcessLostError",
+    "SplitAcrossProcessesError",
+    "exchange",
+    "from_process_local",
+    "initialize",
+    "is_initialized",
+    "local_part",
+    "peers_watched",
+    "place_across",
+    "spans_processes",
+    "wait_watched",
+]
+
+
+class SplitAcrossProcessesError(RuntimeError):
+    """A value split over several processes' devices cannot be read whole here."""
+
+
+class ProcessLostError(RuntimeError):
+    """Another process of the job stopped while this one waited on work they share."""
+
+
+_JOINED: dict[str, Any] = {}
+
+
+def initialize(
+    coordinator_address: str,
+    num_processes: int,
+    process_id: int,
+    local_device_ids: Sequence[int] | None = None,
+    timeout_s: int = 300,
+    heartbeat_timeout_s: int = 100,
+    platform: str = "cpu",
+    runtime_exists: bool = False,
+) -> None:
+    if _JOINED:
+        raise RuntimeError(
+            f"lazax: this process already joined a job (process {_JOINED['process_id']} of "
+            f"{_JOINED['num_processes']}); initialize once per process"
+        )
+    if runtime_exists:
+        raise RuntimeError(
+            "lazax: the distributed runtime must start before anything uses a device, "
+            "and this process already has; call lazax.modes.distributed.initialize() "
+            "first thing in the script (before moving a model or tensor to lazax)"
+        )
+    if platform == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # Without it, jax's coordination service ends every process (a fatal log, no
+    # exception) when one stops sending heartbeats; with it, ``wait_watched`` finds the
+    # dead process and raises in the survivors.
+    jax.config.update("jax_enable_recoverability", True)
+    jax.distributed.initialize(
+        coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        local_device_ids=local_device_ids,
+        initialization_timeout=int(timeout_s),
+        heartbeat_timeout_seconds=int(heartbeat_timeout_s),
+    )
+    # Recoverable tasks skip jax's own meeting at exit: without one, process 0 (which
+    # runs the coordinator) could leave while the others still need it.
+    atexit.register(_meet_at_exit, int(timeout_s))
+    _JOINED.update(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        heartbeat_timeout_s=heartbeat_timeout_s,
+    )
+
+
+def is_initialized() -> bool:
+    # Never asks jax for its process count: that would start its backends, after
+    # which the job can no longer be joined.
+    return bool(_JOINED) or _client(required=False) is not None
+
+
+def spans_processes(sharding: Any) -> bool:
+    return sharding is not None and not sharding.is_fully_addressable
+
+
+def place_across(buffer: jax.Array, sharding: Any) -> jax.Array:
+    shape = buffer.shape
+    pieces = []
+    for device, index in sharding.addressable_devices_indices_map(shape).items():
+        whole = all(
+            s == slice(None) or (s.start in (None, 0) and s.stop in (None, n))
+            for s, n in zip(index, shape)
+        )
+        pieces.append(jax.device_put(buffer if whole else buffer[index], device))
+    return jax.make_array_from_single_device_arrays(shape, sharding, pieces)
+
+
+def from_process_local(local: np.ndarray, sharding: Any, global_shape=None) -> jax.Array:
+    return jax.make_array_from_process_local_data(sharding, local, global_shape)
+
+
+def local_part(buffer: jax.Array) -> tuple[np.ndarray, tuple[int, ...]]:
+    shape = buffer.shape
+    blocks: dict[tuple, Any] = {}
+    for shard in buffer.addressable_shards:
+        bounds = tuple(s.indices(n)[:2] for s, n in zip(shard.index, shape))
+        blocks.setdefault(bounds, shard.data)
+    low = tuple(min(b[d][0] for b in blocks) for d in range(len(shape)))
+    high = tuple(max(b[d][1] for b in blocks) for d in range(len(shape)))
+    out = np.empty(tuple(h - lo for lo, h in zip(low, high)), dtype=buffer.dtype)
+    covered = 0
+    for bounds, data in blocks.items():
+        where = tuple(slice(b0 - lo, b1 - lo) for (b0, b1), lo in zip(bounds, low))
+        out[where] = np.asarray(data)
+        covered += int(np.prod([b1 - b0 for b0, b1 in bounds]))
+    if covered != out.size:
+        raise ValueError(
+            f"this process's pieces of the {tuple(shape)} value are not one block "
+            f"(they cover {covered} of the {out.size} elements between {low} and "
+            f"{high}); lay it out so each process holds a contiguous part"
+        )
+    return out, low
+
+
+def _client(required: bool = True):
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    if client is None and required:
+        raise RuntimeError("lazax: jax's distributed runtime is not initialized")
+    return client
+
+
+_EXCHANGED: list[str] = []
+
+
+def exchange(tag: str, value: bytes, timeout_s: float) -> list[bytes]:
+    client = _client()
+    me, count = jax.process_index(), jax.process_count()
+    client.key_value_set_bytes(f"lazax/{tag}/{me}", value)
+    out: list[bytes] = []
+    missing = []
+    for k in range(count):
+        if k == me:
+            out.append(value)
+            continue
+        try:
+            out.append(
+                client.blocking_key_value_get_bytes(f"lazax/{tag}/{k}", int(timeout_s * 1000))
+            )
+        except Exception as err:  # jax raises its runtime error on a deadline
+            if "DEADLINE_EXCEEDED" not in str(err) and "imed out" not in str(err):
+                raise
+            missing.append(k)
+            out.append(b"")
+    if missing:
+        raise TimeoutError(f"process(es) {missing} did not reach {tag!r} within {timeout_s:g} s")
+    # Every process has read the tag before the one it exchanges next: the tag two
+    # back is read by everyone, and this process's entry of it can go.
+    _EXCHANGED.append(tag)
+    if len(_EXCHANGED) > 2:
+        client.key_value_delete(f"lazax/{_EXCHANGED.pop(0)}/{me}")
+    return out
+
+
+def wait_watched(buffers: Sequence[jax.Array], poll_s: float = 1.0) -> None:
+    pending = [b for b in buffers if not b.is_ready()]
+    if not pending:
+        return
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            jax.block_until_ready(pending)
+        except BaseException as err:  # re-raised in the caller's thread
+            failed.append(err)
+        finally:
+            done.set()
+
+    threading.Thread(target=wait, name="lazax-wait", daemon=True).start()
+    client = _client(required=False)
+    everyone = list(range(jax.process_count()))
+    while not done.wait(poll_s):
+        if client is None:
+            continue
+        live = client.get_live_nodes(everyone)
+        lost = [k for k in everyone if k not in live]
+        if lost:
+            # The waiting thread stays blocked in a collective that never completes; at
+            # exit, the interpreter would abort on it. The job is lost anyway: end with
+            # status 1 once the traceback is out, skipping jax's shutdown meeting.
+            atexit.register(_exit_lost)
+            raise ProcessLostError(
+                f"lazax: process(es) {lost} of the job stopped (no heartbeat for "
+                f"{_JOINED.get('heartbeat_timeout_s', '?')} s) while process "
+                f"{jax.process_index()} waited for a program they take part in. The job "
+                f"cannot go on without them: restart it (torchrun --max-restarts) from "
+                f"the last checkpoint."
+            )
+    if failed:
+        raise failed[0]
+
+
+@contextlib.contextmanager
+def peers_watched():
+    """A read or wait inside: a failed collective whose transport lost a peer raises
+    ``ProcessLostError`` (an execution's error surfaces wherever its result is read)."""
+    try:
+        yield
+    except ProcessLostError:
+        raise
+    except Exception as err:
+        if not any(sign in str(err) for sign in _LOST_PEER_SIGNS):
+            raise
+        atexit.register(_exit_lost)
+        raise ProcessLostError(
+            f"lazax: a collective with the job's other processes failed in process "
+            f"{jax.process_index()}: a process of the job stopped, or lost its "
+            f"connection. The job cannot go on: restart it (torchrun --max-restarts) "
+            f"from the last checkpoint. ({err})"
+        ) from err
+
+
+# How a collective's transport reports a peer that went away.
+_LOST_PEER_SIGNS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+
+
+def _exit_lost() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed stream: nothing more to say
+            pass
+    os._exit(1)
+
+
+def _meet_at_exit(timeout_s: int) -> None:
+    client = _client(required=False)
+    if client is None:
+        return
+    try:
+        client.wait_at_barrier("lazax_exit", timeout_s * 1000)
+    except Exception as err:  # a lost or late process: leave anyway, and say so
+        print(f"lazax: leaving without the job's other processes: {err}", file=sys.stderr)
