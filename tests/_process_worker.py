@@ -10,8 +10,11 @@ Scenarios:
 - ``diverge``: process 0 reads the loss mid-step (``.item()``), which syncs a graph
   process 1 never builds.
 - ``die``: process 1 exits after two steps; process 0 goes on.
+- ``collectives``: torch.distributed's calls on lazax tensors (the "lazax" backend, which
+  ``init_process_group`` joins itself), then DistributedDataParallel training.
 """
 
+import copy
 import json
 import os
 import sys
@@ -20,10 +23,7 @@ import time
 import torch
 
 import lazax.modes as lx
-
-lx.distributed.initialize(timeout=60, heartbeat_timeout=int(os.environ.get("HEARTBEAT", "100")))
-
-from benchmarks.models import Decoder, DecoderConfig, lm_loss, make_tokens  # noqa: E402
+from benchmarks.models import Decoder, DecoderConfig, lm_loss, make_tokens
 
 CFG = DecoderConfig(vocab=64, d_model=32, n_heads=2, n_layers=1, seq=16, batch=8)
 STEPS = 10
@@ -58,7 +58,13 @@ def train(fsdp: bool, mesh, on_step=None) -> dict:
         compiles.append(counter("UncachedCompile") - before)
         losses.append(loss)
     weight = model.blocks[0].mlp[0].weight
+    if os.environ.get("CHECKPOINTS"):
+        kind = "fsdp" if fsdp else "dp"
+        saved = checkpoint(os.path.join(os.environ["CHECKPOINTS"], kind), model, opt, fsdp, mesh)
+    else:
+        saved = None
     return {
+        "checkpoint": saved,
         "losses": [loss.item() for loss in losses],  # replicated: read whole everywhere
         "compiles": compiles,
         "batch_part": lx.distributed.local_part(x).tolist(),
@@ -70,8 +76,115 @@ def train(fsdp: bool, mesh, on_step=None) -> dict:
     }
 
 
+def checkpoint(path: str, model, opt, fsdp: bool, mesh) -> dict:
+    """Save model and AdamW state, load them into a model built from another seed (laid
+    out alike), and compare."""
+    lx.distributed.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
+    rank = lx.process_index()
+    mine = torch.load(os.path.join(path, f"pieces-{rank}.pt"), weights_only=True)
+    written = sum(t.numel() for pieces in mine.values() for _, t in pieces)
+    torch.manual_seed(1)
+    fresh = Decoder(CFG).to(lx.device())
+    if fsdp:
+        for p in fresh.parameters():
+            if p.shape[0] % mesh.size("data") == 0:
+                lx.mark_sharding(p, mesh, ("data",) + (None,) * (p.dim() - 1))
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    x = lx.distributed.global_tensor(make_tokens(CFG, 0)[:4], mesh, ("data", None))
+    lm_loss(fresh(x), x).backward()
+    fresh_opt.step()  # AdamW's state exists from its first step
+    lx.sync()
+    state = {"model": fresh.state_dict(), "opt": fresh_opt.state_dict()}
+    lx.distributed.load(state, path)
+    fresh_opt.load_state_dict(state["opt"])
+    pairs = list(zip(model.parameters(), fresh.parameters()))
+    pairs += [
+        (opt.state[a][k], fresh_opt.state[b][k])
+        for a, b in zip(model.parameters(), fresh.parameters())
+        for k in ("exp_avg", "exp_avg_sq")
+    ]
+    error = max((a - b).abs().max() for a, b in pairs).item()
+    same_layout = all(lx.get_sharding(a) == lx.get_sharding(b) for a, b in pairs)
+    return {"written": written, "error": error, "same_layout": same_layout}
+
+
+def collectives() -> dict:
+    """torch.distributed's calls on lazax tensors, through the "lazax" backend."""
+    import torch.distributed as dist
+
+    rank, dev = dist.get_rank(), lx.device()
+    out: dict = {"backend": dist.get_backend()}
+    t = torch.tensor([1.0, 2.0, 3.0]) * (rank + 1)
+    for name, op in (("sum", dist.ReduceOp.SUM), ("max", dist.ReduceOp.MAX)):
+        x = t.to(dev)
+        dist.all_reduce(x, op=op)
+        out[name] = x.tolist()
+    x = (t.to(dev) * 2)[1:]  # pending work, and a view: written in place
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    out["avg_view"] = x.tolist()
+    parts = [torch.zeros(3, device=dev) for _ in range(2)]
+    dist.all_gather(parts, t.to(dev))
+    out["all_gather"] = [p.tolist() for p in parts]
+    whole = torch.zeros(6, device=dev)
+    dist.all_gather_into_tensor(whole, t.to(dev))
+    out["all_gather_into_tensor"] = whole.tolist()
+    x = t.to(dev)
+    dist.broadcast(x, src=1)
+    out["broadcast"] = x.tolist()
+    mine = torch.zeros(3, device=dev)
+    dist.reduce_scatter(mine, [t.to(dev), t.to(dev) * 10])
+    out["reduce_scatter"] = mine.tolist()
+    mine = torch.zeros(2, device=dev)
+    dist.reduce_scatter_tensor(mine, torch.arange(4.0, device=dev) * (rank + 1))
+    out["reduce_scatter_tensor"] = mine.tolist()
+    ints = torch.tensor([6, 3], dtype=torch.int64, device=dev) + rank
+    dist.all_reduce(ints, op=dist.ReduceOp.BAND)
+    out["band"] = ints.tolist()
+    dist.barrier()
+    try:
+        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.SUM)
+    except ValueError as err:
+        out["cpu_tensor"] = str(err)
+    return out
+
+
+def ddp() -> dict:
+    """DistributedDataParallel around a lazax model, over the "lazax" backend."""
+    rank = lx.process_index()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    reference = copy.deepcopy(model)
+    data = [torch.randn(3, 4, generator=torch.Generator().manual_seed(k)) for k in range(2)]
+    net = torch.nn.parallel.DistributedDataParallel(model.to(lx.device()))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    compiles = []
+    for _ in range(6):
+        before = counter("UncachedCompile")
+        opt.zero_grad()
+        net(data[rank].to(lx.device())).square().sum().backward()
+        opt.step()
+        lx.sync()
+        compiles.append(counter("UncachedCompile") - before)
+        # What DDP computes: the mean over processes of each one's gradient.
+        ref_opt.zero_grad()
+        (sum(reference(d).square().sum() for d in data) / 2).backward()
+        ref_opt.step()
+    error = max(
+        (a.cpu() - b).abs().max().item() for a, b in zip(model.parameters(), reference.parameters())
+    )
+    return {"ddp_error": error, "ddp_compiles": compiles}
+
+
 def main() -> None:
     scenario = sys.argv[1]
+    if scenario == "collectives":
+        import torch.distributed as dist
+
+        dist.init_process_group("lazax")  # joins the job itself
+    else:
+        heartbeat = int(os.environ.get("HEARTBEAT", "100"))
+        lx.distributed.initialize(timeout=60, heartbeat_timeout=heartbeat)
     rank = lx.process_index()
     devices = lx.global_device_count()
     mesh = lx.Mesh(range(devices), (devices,), ("data",))
@@ -85,6 +198,9 @@ def main() -> None:
         except RuntimeError as err:
             result["read_split"] = str(err)
         result["replicated_read"] = x.sum().item()
+    elif scenario == "collectives":
+        result.update(collectives())
+        result.update(ddp())
     elif scenario == "diverge":
 
         def peek(step, loss):

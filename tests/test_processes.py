@@ -169,8 +169,8 @@ def _one_process(mesh, fsdp: bool) -> tuple[list, list]:
     return [loss.item() for loss in losses], compiles
 
 
-def test_two_processes_of_four_devices_train_as_one_process_of_eight():
-    ran = _launch("train")
+def test_two_processes_of_four_devices_train_as_one_process_of_eight(tmp_path):
+    ran = _launch("train", CHECKPOINTS=str(tmp_path))
     for rank, (code, text, _, result) in enumerate(ran):
         assert code == 0 and result is not None, f"process {rank} failed:\n{text[-4000:]}"
     results = [r for *_, r in ran]
@@ -198,6 +198,16 @@ def test_two_processes_of_four_devices_train_as_one_process_of_eight():
             assert set(map(tuple, shards.values())) == {(rows, 32)}, shards
             assert got["state_shards"] == [[rows, 32]]
         assert results[0][kind]["weight_sum"] == results[1][kind]["weight_sum"]
+        # Checkpoints: loaded into a model of another seed laid out alike, the weights
+        # and AdamW's state are the saved ones; each value was written once: DP's
+        # replicated state by process 0 alone, FSDP's split state half by each.
+        state = 3 * sum(p.numel() for p in Decoder(CFG).parameters())  # weights, 2 moments
+        written = [r[kind]["checkpoint"]["written"] for r in results]
+        assert sum(written) == state
+        assert written == ([state, 0] if kind == "dp" else [state // 2, state // 2])
+        for result in results:
+            assert result[kind]["checkpoint"]["error"] == 0.0
+            assert result[kind]["checkpoint"]["same_layout"]
     for result in results:
         assert "split over several processes" in result["read_split"]
         assert "lazax.modes.distributed.local_part" in result["read_split"]
@@ -297,3 +307,26 @@ def test_global_tensor_and_local_part_in_one_process_are_the_whole_value():
         lx.distributed.global_tensor(torch.ones(3, 6), mesh, ("data", None))
     with pytest.raises(ValueError, match="names mesh axis 'rows'"):
         lx.distributed.global_tensor(batch, mesh, ("rows", None))
+
+
+def test_torch_distributed_collectives_and_ddp_on_lazax_tensors():
+    ran = _launch("collectives", devices_each=2)
+    for rank, (code, text, _, result) in enumerate(ran):
+        assert code == 0 and result is not None, f"process {rank} failed:\n{text[-4000:]}"
+        t = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0]]  # each process's tensor: (rank + 1) * [1, 2, 3]
+        assert result["backend"] == "lazax"
+        assert result["sum"] == [3.0, 6.0, 9.0]
+        assert result["max"] == t[1]
+        assert result["avg_view"] == [6.0, 9.0]  # (2t)[1:], averaged, written into the view
+        assert result["all_gather"] == t
+        assert result["all_gather_into_tensor"] == t[0] + t[1]
+        assert result["broadcast"] == t[1]
+        # Process k gets the sum over processes of input k: [t, 10 t].
+        assert result["reduce_scatter"] == ([3.0, 6.0, 9.0], [30.0, 60.0, 90.0])[rank]
+        assert result["reduce_scatter_tensor"] == ([0.0, 3.0], [6.0, 9.0])[rank]
+        assert result["band"] == [6 & 7, 3 & 4]
+        assert "takes lazax tensors, but got a cpu tensor" in result["cpu_tensor"]
+        # DDP: the mean of the processes' gradients, as torch on the CPU computes it;
+        # a steady step compiles nothing.
+        assert result["ddp_error"] < 1e-6
+        assert result["ddp_compiles"][3:] == [0, 0, 0]

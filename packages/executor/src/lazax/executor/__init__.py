@@ -27,6 +27,9 @@ from ._dispatch import apply_eager_sync  # noqa: E402
 from ._global import global_tensor, local_part  # noqa: E402
 from ._lowering import lower as lower_graph  # noqa: E402
 from ._module_moves import install as _install_module_moves  # noqa: E402
+from ._process_group import LazaxProcessGroup  # noqa: E402
+from ._sharded_checkpoint import load as load_sharded  # noqa: E402
+from ._sharded_checkpoint import save as save_sharded  # noqa: E402
 from ._sharding import (  # noqa: E402
     Mesh,
     Sharding,
@@ -92,6 +95,7 @@ __all__ = [
     "GraphsDifferError",
     "GraphExecutor",
     "Layout",
+    "LazaxProcessGroup",
     "LazyTensor",
     "Mesh",
     "Sharding",
@@ -110,6 +114,7 @@ __all__ = [
     "ir_value",
     "local_part",
     "lower_graph",
+    "load_sharded",
     "lowering",
     "mark_sharding",
     "metrics",
@@ -117,6 +122,7 @@ __all__ = [
     "new_tensor",
     "place_sharded_arguments",
     "rebind",
+    "save_sharded",
     "registered_ops",
     "shard_shapes",
     "sharded_placement",

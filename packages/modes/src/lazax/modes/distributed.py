@@ -22,6 +22,11 @@ Contract:
   process to join; ``heartbeat_timeout``: seconds without a heartbeat after which a
   process counts as dead.
 - ``is_initialized()``; ``global_tensor`` and ``local_part`` (``lazax.executor``'s).
+- ``save(state_dict, path)`` / ``load(state_dict, path)``: checkpoints written by every
+  process, each its own pieces (``lazax.executor``'s ``_sharded_checkpoint``).
+- torch.distributed's ``"lazax"`` backend is registered at import:
+  ``dist.init_process_group("lazax")`` joins the job (if ``initialize`` did not) and
+  gives ``LazaxProcessGroup``, collectives on lazax tensors.
 """
 
 from __future__ import annotations
@@ -32,9 +37,38 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from lazax import pjrt as _pjrt
-from lazax.executor import GraphsDifferError, global_tensor, local_part
+from lazax.executor import (
+    GraphsDifferError,
+    LazaxProcessGroup,
+    global_tensor,
+    load_sharded,
+    local_part,
+    save_sharded,
+)
 
-__all__ = ["GraphsDifferError", "global_tensor", "initialize", "is_initialized", "local_part"]
+__all__ = [
+    "GraphsDifferError",
+    "global_tensor",
+    "initialize",
+    "is_initialized",
+    "load",
+    "local_part",
+    "save",
+]
+
+
+def save(state_dict, path) -> None:
+    """Write ``state_dict`` (nested dicts and lists of lazax tensors and values) to the
+    directory ``path``, every process its own pieces (no process writes or holds a whole
+    sharded tensor, and a replicated one is written once). Every process calls it."""
+    save_sharded(state_dict, path)
+
+
+def load(state_dict, path) -> None:
+    """Load what ``save`` wrote into ``state_dict``, in place, each tensor keeping its
+    current layout (each device reads only its pieces). Every process calls it."""
+    load_sharded(state_dict, path)
+
 
 _STORE: list = []  # torch's rendezvous store, kept while the process lives
 
@@ -51,8 +85,11 @@ def initialize(
     local_device_ids: Sequence[int] | None = None,
     timeout: float = 300,
     heartbeat_timeout: float = 100,
+    store=None,
 ) -> None:
-    """Join the job's other processes (see the module docstring)."""
+    """Join the job's other processes (see the module docstring). ``store``: a torch
+    store every process reaches, to meet through instead of ``MASTER_ADDR`` /
+    ``MASTER_PORT``'s."""
     if num_processes is None:
         num_processes = _env_int("WORLD_SIZE")
     if process_id is None:
@@ -66,7 +103,7 @@ def initialize(
         return
     if coordinator_address is None:
         coordinator_address = os.environ.get("LAZAX_COORDINATOR_ADDRESS") or _rendezvous(
-            process_id, num_processes, timeout
+            process_id, num_processes, timeout, store
         )
     if local_device_ids is None and _pjrt.platform_from_env() != "cpu":
         per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -93,17 +130,20 @@ def _env_int(name: str) -> int:
         raise ValueError(f"{name}={raw!r} is not an integer") from None
 
 
-def _rendezvous(process_id: int, num_processes: int, timeout: float) -> str:
+def _rendezvous(process_id: int, num_processes: int, timeout: float, store=None) -> str:
     """Process 0 picks a port for jax's coordinator and tells the others through torch's
     rendezvous store (torchrun's agent store, or one process 0 hosts at MASTER_PORT)."""
+    import torch.distributed as dist
+
     host = os.environ.get("MASTER_ADDR")
+    if store is not None:
+        return _publish(dist.PrefixStore("lazax/", store), process_id, host or "127.0.0.1")
     if host is None or "MASTER_PORT" not in os.environ:
         raise ValueError(
             "lazax.modes.distributed.initialize() needs a coordinator: pass "
             "coordinator_address='host:port' (process 0's host), set "
             "LAZAX_COORDINATOR_ADDRESS, or launch with torchrun (MASTER_ADDR, MASTER_PORT)"
         )
-    import torch.distributed as dist
 
     try:
         rendezvous = dist.rendezvous(
@@ -118,7 +158,10 @@ def _rendezvous(process_id: int, num_processes: int, timeout: float) -> str:
         ) from err
     # A restarted attempt (torchrun --max-restarts) must not read the last one's port.
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    store = dist.PrefixStore(f"lazax/{attempt}/", store)
+    return _publish(dist.PrefixStore(f"lazax/{attempt}/", store), process_id, host)
+
+
+def _publish(store, process_id: int, host: str) -> str:
     _STORE.append(store)
     if process_id == 0:
         with socket.socket() as probe:
@@ -126,3 +169,26 @@ def _rendezvous(process_id: int, num_processes: int, timeout: float) -> str:
             port = probe.getsockname()[1]
         store.set("jax_coordinator", f"{host}:{port}")
     return store.get("jax_coordinator").decode()
+
+
+def _create_process_group(store, rank: int, size: int, timeout):
+    """torch.distributed's creator for the "lazax" backend: joins the job first if the
+    script did not (the process group's store carries the coordinator's address)."""
+    if size > 1 and not is_initialized():
+        initialize(
+            num_processes=size,
+            process_id=rank,
+            timeout=timeout.total_seconds() if timeout else 300,
+            store=store,
+        )
+    return LazaxProcessGroup(rank, size)
+
+
+def _register_backend() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and "lazax" not in dist.Backend.backend_list:
+        dist.Backend.register_backend("lazax", _create_process_group, devices=["lazax"])
+
+
+_register_backend()

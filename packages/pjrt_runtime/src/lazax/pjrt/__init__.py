@@ -15,6 +15,7 @@ from ._platform import PLATFORMS, PlatformUnavailableError, platform_from_env
 from ._processes import (
     ProcessLostError,
     SplitAcrossProcessesError,
+    barrier,
     exchange,
     from_process_local,
     is_initialized,
@@ -42,6 +43,7 @@ __all__ = [
     "ProcessLostError",
     "SplitAcrossProcessesError",
     "__version__",
+    "barrier",
     "exchange",
     "from_process_local",
     "initialize_distributed",

@@ -25,6 +25,8 @@ Contract:
   dead (no heartbeat for ``heartbeat_timeout_s``), instead of waiting forever on a
   collective it will never join. Inside ``peers_watched()``, an error of a collective
   whose transport lost a peer is a ``ProcessLostError`` too.
+- ``barrier(tag, timeout_s)``: returns once every process reached ``tag``
+  (``TimeoutError`` otherwise).
 - ``SplitAcrossProcessesError``: reading a buffer to the host whose value lies on
   several processes' devices (a replicated one reads back whole).
 
@@ -38,6 +40,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +50,7 @@ import numpy as np
 __all__ = [
     "ProcessLostError",
     "SplitAcrossProcessesError",
+    "barrier",
     "exchange",
     "from_process_local",
     "initialize",
@@ -282,7 +286,31 @@ def _meet_at_exit(timeout_s: int) -> None:
     client = _client(required=False)
     if client is None:
         return
+    me, count = jax.process_index(), jax.process_count()
     try:
         client.wait_at_barrier("lazax_exit", timeout_s * 1000)
+        if me != 0:
+            # Disconnect while process 0, which runs the coordinator, is still there.
+            jax.distributed.shutdown()
+            return
+        others = list(range(1, count))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            live = client.get_live_nodes(list(range(count)))
+            if not any(k in live for k in others):
+                break
+            time.sleep(0.02)
     except Exception as err:  # a lost or late process: leave anyway, and say so
         print(f"lazax: leaving without the job's other processes: {err}", file=sys.stderr)
+
+
+def barrier(tag: str, timeout_s: float) -> None:
+    """Return once every process of the job reached ``tag`` (each tag once)."""
+    try:
+        _client().wait_at_barrier(f"lazax/{tag}", int(timeout_s * 1000))
+    except Exception as err:  # jax's runtime error: a deadline, or a process lost
+        if "DEADLINE_EXCEEDED" in str(err) or "imed out" in str(err):
+            raise TimeoutError(
+                f"lazax: not every process reached barrier {tag!r} within {timeout_s:g} s"
+            ) from err
+        raise

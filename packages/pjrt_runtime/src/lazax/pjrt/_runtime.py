@@ -56,6 +56,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from . import _collectives as collectives
 from ._memory import MemoryTracker
 from ._platform import jax_devices, platform_from_env
 from ._processes import (
@@ -477,9 +478,32 @@ class PjrtRuntime:
         self.memory.track((buffer,))
         return buffer
 
+    def from_callback(self, shape, sharding: Any, read: Callable) -> jax.Array:
+        """A buffer over ``sharding`` whose pieces this process reads itself: ``read``
+        (a tuple of slices) -> numpy array, once per piece its devices hold."""
+        self._check_fault("to_device")
+        buffer = jax.make_array_from_callback(tuple(shape), sharding, read)
+        self.memory.track((buffer,))
+        return buffer
+
     def local_part(self, buffer: jax.Array) -> np.ndarray:
         """The block of ``buffer``'s value that this process's devices hold."""
         self._check_fault("to_host")
         with peers_watched():
             wait_watched((buffer,))
             return local_part(buffer)[0]
+
+    def collective(self, kind: str, buffer: jax.Array, op: str = "sum", source: int = 0):
+        """One of ``_collectives``' functions (``kind``: all_reduce, all_gather,
+        broadcast, reduce_scatter) over the job's processes; this process's result, on
+        its first device."""
+        self._check_fault("execute")
+        with peers_watched():
+            if kind == "broadcast":
+                out = collectives.broadcast(buffer, source)
+            elif kind == "all_gather":
+                out = collectives.all_gather(buffer)
+            else:
+                out = getattr(collectives, kind)(buffer, op)
+        self.memory.track((out,))
+        return out
