@@ -15,6 +15,7 @@ processes run it together. Every process runs the same code: reads of replicated
 """
 
 import argparse
+import time
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +57,7 @@ def main() -> None:
 
     step = 0
     first = None
+    started = None  # the steady steps' clock starts after the first two (compiles)
     for epoch in range(10**6):
         sampler.set_epoch(epoch)
         for x, y in loader:
@@ -67,6 +69,9 @@ def main() -> None:
             opt.step()
             lx.sync()
             step += 1
+            if step == 2:
+                lx.wait_device_ops()
+                started = time.perf_counter()
             if step == 1 or step == args.steps:
                 value = loss.item()  # replicated: every process reads the whole loss
                 first = value if first is None else first
@@ -76,10 +81,13 @@ def main() -> None:
                 break
         if step == args.steps:
             break
+    lx.wait_device_ops()
+    rate = (step - 2) / (time.perf_counter() - started) if step > 2 else float("nan")
     compiled = lx.metrics.counter_value("UncachedCompile")
     print(
         f"process {rank} of {processes}: {lx.device_count()} of {devices} devices, "
-        f"{step} steps, loss {first:.4f} -> {value:.4f}, {compiled} programs compiled",
+        f"{step} steps, loss {first:.4f} -> {value:.4f}, {compiled} programs compiled "
+        f"({rate:.1f} steady steps/s)",
         flush=True,
     )
 

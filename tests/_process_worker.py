@@ -10,6 +10,7 @@ Scenarios:
 - ``diverge``: process 0 reads the loss mid-step (``.item()``), which syncs a graph
   process 1 never builds.
 - ``die``: process 1 exits after two steps; process 0 goes on.
+- ``fail_alone``: process 1 raises an error of its own; process 0 goes on.
 - ``collectives``: torch.distributed's calls on lazax tensors (the "lazax" backend, which
   ``init_process_group`` joins itself), then DistributedDataParallel training.
 """
@@ -211,6 +212,18 @@ def main() -> None:
             train(False, mesh, peek)
         except lx.distributed.GraphsDifferError as err:
             result["error"] = str(err)
+    elif scenario == "fail_alone":
+        start = time.monotonic()
+        x = lx.distributed.global_tensor(torch.ones(2, 3), mesh, ("data", None))
+        if rank == 1:
+            raise ValueError("a bug in process 1 only")
+        try:
+            (x * 2).sum().item()  # process 0 meets nobody before compiling this
+        except Exception as err:  # noqa: BLE001  (what it raises is the test)
+            result["error"] = f"{type(err).__name__}: {err}"
+            result["seconds"] = time.monotonic() - start
+            print("RESULT " + json.dumps(result), flush=True)
+            raise
     elif scenario == "die":
         start = time.monotonic()
 

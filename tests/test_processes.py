@@ -238,8 +238,8 @@ def test_a_lost_process_is_an_error_in_the_others_within_the_heartbeat_timeout()
     assert result is not None, text[-4000:]
     # Found by the coordination service (no heartbeat), or by the collective's transport
     # (the connection to process 1 reset), whichever comes first.
-    assert result["error"].startswith("ProcessLostError: lazax: "), result["error"]
-    assert "stopped" in result["error"]
+    assert result["error"].startswith("ProcessLostError: lazax: process 0 "), result["error"]
+    assert "stopped" in result["error"] and "restart it" in result["error"]
     assert result["seconds"] < 60, result
 
 
@@ -253,7 +253,7 @@ def test_torchrun_launches_the_example_and_every_process_trains_the_same_model()
     ran = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     # The processes' lines may interleave in torchrun's output.
-    found = dict(re.findall(r"process (\d) of 2: (.*? programs compiled)", ran.stdout))
+    found = dict(re.findall(r"process (\d) of 2: (.*? programs compiled) \(", ran.stdout))
     assert sorted(found) == ["0", "1"], ran.stdout
     # Both processes: 2 of 4 devices, the same losses, the first step's program and the
     # steady one (AdamW's state exists from step 2).
@@ -330,3 +330,14 @@ def test_torch_distributed_collectives_and_ddp_on_lazax_tensors():
         # a steady step compiles nothing.
         assert result["ddp_error"] < 1e-6
         assert result["ddp_compiles"][3:] == [0, 0, 0]
+
+
+def test_a_process_that_fails_alone_makes_the_others_raise_at_once():
+    ran = _launch("fail_alone", devices_each=2)
+    assert "ValueError: a bug in process 1 only" in ran[1][1]
+    code, text, _, result = ran[0]
+    assert code == 1, text[-4000:]
+    assert result is not None, text[-4000:]
+    # Process 1 left on an uncaught error and said so: no heartbeat timeout to wait.
+    assert "process 1 stopped: it left the job on an error" in result["error"]
+    assert result["seconds"] < 30, result

@@ -70,7 +70,7 @@ def agree(
     payload = "\n".join([repr(key), site, *described]).encode()
     what = f"graph {graph_name!r}" if graph_name else "a graph"
     try:
-        everyone = pjrt.exchange(f"graph{k}", payload, timeout_s())
+        everyone = pjrt.exchange(f"graph{k}", payload, timeout_s(), f"before compiling {what}")
     except TimeoutError as err:
         raise TimeoutError(
             f"lazax: process {me} is about to compile {what}, its cross-process program "

@@ -16,14 +16,15 @@ Contract:
 - ``local_part(buffer)``: ``(array, offsets)``, the block of the global value that this
   process's devices hold, and where it starts; ``ValueError`` when this process's
   pieces are not one block.
-- ``exchange(tag, value, timeout_s)``: every process's ``value`` (bytes), by process
-  index, through the coordination service's key-value store; ``TimeoutError`` naming
-  the processes that did not arrive. Tags must be used once each, in the same order in
-  every process.
+- ``exchange(tag, value, timeout_s, what)``: every process's ``value`` (bytes), by
+  process index, through the coordination service's key-value store (``what``: what
+  the processes meet for, in errors); ``TimeoutError`` naming the processes that did
+  not arrive. Tags must be used once each, in the same order in every process.
 - ``wait_watched(buffers, poll_s)``: waits for ``buffers`` while watching the job's
-  processes: raises ``ProcessLostError`` once the coordination service counts one as
-  dead (no heartbeat for ``heartbeat_timeout_s``), instead of waiting forever on a
-  collective it will never join. Inside ``peers_watched()``, an error of a collective
+  processes: raises ``ProcessLostError`` once one is gone (``lost_processes``: no
+  heartbeat for ``heartbeat_timeout_s``, or it left on an uncaught error), instead of
+  waiting forever on a collective it will never join; ``exchange`` and ``barrier``
+  watch the same way. Inside ``peers_watched()``, an error of a collective
   whose transport lost a peer is a ``ProcessLostError`` too.
 - ``barrier(tag, timeout_s)``: returns once every process reached ``tag``
   (``TimeoutError`` otherwise).
@@ -41,13 +42,16 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
+from . import _collectives as collectives
+
 __all__ = [
+    "JobMethods",
     "ProcessLostError",
     "SplitAcrossProcessesError",
     "barrier",
@@ -56,6 +60,7 @@ __all__ = [
     "initialize",
     "is_initialized",
     "local_part",
+    "lost_processes",
     "peers_watched",
     "place_across",
     "spans_processes",
@@ -109,6 +114,7 @@ def initialize(
         initialization_timeout=int(timeout_s),
         heartbeat_timeout_seconds=int(heartbeat_timeout_s),
     )
+    _start_heartbeat()
     # Recoverable tasks skip jax's own meeting at exit: without one, process 0 (which
     # runs the coordinator) could leave while the others still need it.
     atexit.register(_meet_at_exit, int(timeout_s))
@@ -181,25 +187,28 @@ def _client(required: bool = True):
 _EXCHANGED: list[str] = []
 
 
-def exchange(tag: str, value: bytes, timeout_s: float) -> list[bytes]:
+def exchange(tag: str, value: bytes, timeout_s: float, what: str = "") -> list[bytes]:
     client = _client()
     me, count = jax.process_index(), jax.process_count()
     client.key_value_set_bytes(f"lazax/{tag}/{me}", value)
-    out: list[bytes] = []
+    out: list[bytes] = [b""] * count
+    out[me] = value
+    deadline = time.monotonic() + timeout_s
     missing = []
     for k in range(count):
-        if k == me:
-            out.append(value)
-            continue
-        try:
-            out.append(
-                client.blocking_key_value_get_bytes(f"lazax/{tag}/{k}", int(timeout_s * 1000))
-            )
-        except Exception as err:  # jax raises its runtime error on a deadline
-            if "DEADLINE_EXCEEDED" not in str(err) and "imed out" not in str(err):
-                raise
-            missing.append(k)
-            out.append(b"")
+        while k != me:
+            try:
+                out[k] = client.blocking_key_value_get_bytes(f"lazax/{tag}/{k}", 1000)
+                break
+            except Exception as err:  # jax raises its runtime error on a deadline
+                if "DEADLINE_EXCEEDED" not in str(err) and "imed out" not in str(err):
+                    raise
+            lost = lost_processes()
+            if lost:
+                _raise_lost(lost, f"waited for the others {what or f'at {tag!r}'}")
+            if time.monotonic() > deadline:
+                missing.append(k)
+                break
     if missing:
         raise TimeoutError(f"process(es) {missing} did not reach {tag!r} within {timeout_s:g} s")
     # Every process has read the tag before the one it exchanges next: the tag two
@@ -208,6 +217,72 @@ def exchange(tag: str, value: bytes, timeout_s: float) -> list[bytes]:
     if len(_EXCHANGED) > 2:
         client.key_value_delete(f"lazax/{_EXCHANGED.pop(0)}/{me}")
     return out
+
+
+# -- liveness ------------------------------------------------------------------------
+# jax's own liveness query (``get_live_nodes``) blocks until every live process asks
+# too, so lazax keeps a heartbeat of its own in the coordination service's store: each
+# process bumps a counter every second, and another counts as gone when its counter
+# stood still for the heartbeat timeout, or when it left on an uncaught error.
+_SEEN: dict[int, tuple] = {}  # process -> (its last counter, when it last moved)
+
+
+def _start_heartbeat(interval_s: float = 1.0) -> None:
+    client, me = _client(), jax.process_index()
+
+    def beat() -> None:
+        count = 0
+        while True:
+            count += 1
+            try:
+                client.key_value_set(f"lazax/beat/{me}", str(count), allow_overwrite=True)
+            except Exception:  # the client shut down: the process is leaving
+                return
+            time.sleep(interval_s)
+
+    threading.Thread(target=beat, name="lazax-heartbeat", daemon=True).start()
+
+
+def _try_get(client, key: str):
+    try:
+        return client.key_value_try_get(key)
+    except Exception:  # not there (yet)
+        return None
+
+
+def lost_processes() -> dict[int, str]:
+    """The job's other processes that count as gone, and why (never blocks long)."""
+    client = _client(required=False)
+    if client is None:
+        return {}
+    me, now = jax.process_index(), time.monotonic()
+    timeout = _JOINED.get("heartbeat_timeout_s", 100)
+    lost = {}
+    for k in range(jax.process_count()):
+        if k == me:
+            continue
+        if _try_get(client, f"lazax/left/{k}") is not None:
+            lost[k] = "stopped: it left the job on an error"
+            continue
+        beat = _try_get(client, f"lazax/beat/{k}")
+        seen = _SEEN.get(k)
+        if seen is None or seen[0] != beat:
+            _SEEN[k] = (beat, now)
+        elif now - seen[1] > timeout:
+            lost[k] = f"stopped: no heartbeat for {timeout} s (it died, or hangs)"
+    return lost
+
+
+def _raise_lost(lost: dict[int, str], doing: str):
+    # A thread may stay blocked in a collective that never completes; at exit, the
+    # interpreter would abort on it. The job is lost anyway: end with status 1 once the
+    # traceback is out, skipping jax's shutdown meeting.
+    atexit.register(_exit_lost)
+    gone = "; ".join(f"process {k} {why}" for k, why in sorted(lost.items()))
+    raise ProcessLostError(
+        f"lazax: process {jax.process_index()} {doing}, but {gone}. The job cannot go "
+        f"on without it: restart it (torchrun --max-restarts) from the last checkpoint."
+    )
 
 
 def wait_watched(buffers: Sequence[jax.Array], poll_s: float = 1.0) -> None:
@@ -226,25 +301,10 @@ def wait_watched(buffers: Sequence[jax.Array], poll_s: float = 1.0) -> None:
             done.set()
 
     threading.Thread(target=wait, name="lazax-wait", daemon=True).start()
-    client = _client(required=False)
-    everyone = list(range(jax.process_count()))
     while not done.wait(poll_s):
-        if client is None:
-            continue
-        live = client.get_live_nodes(everyone)
-        lost = [k for k in everyone if k not in live]
+        lost = lost_processes()
         if lost:
-            # The waiting thread stays blocked in a collective that never completes; at
-            # exit, the interpreter would abort on it. The job is lost anyway: end with
-            # status 1 once the traceback is out, skipping jax's shutdown meeting.
-            atexit.register(_exit_lost)
-            raise ProcessLostError(
-                f"lazax: process(es) {lost} of the job stopped (no heartbeat for "
-                f"{_JOINED.get('heartbeat_timeout_s', '?')} s) while process "
-                f"{jax.process_index()} waited for a program they take part in. The job "
-                f"cannot go on without them: restart it (torchrun --max-restarts) from "
-                f"the last checkpoint."
-            )
+            _raise_lost(lost, "waited for a program the others take part in")
     if failed:
         raise failed[0]
 
@@ -262,10 +322,10 @@ def peers_watched():
             raise
         atexit.register(_exit_lost)
         raise ProcessLostError(
-            f"lazax: a collective with the job's other processes failed in process "
-            f"{jax.process_index()}: a process of the job stopped, or lost its "
-            f"connection. The job cannot go on: restart it (torchrun --max-restarts) "
-            f"from the last checkpoint. ({err})"
+            f"lazax: process {jax.process_index()} waited for a program the others take "
+            f"part in, but its collective failed: a process of the job stopped, or lost "
+            f"its connection. The job cannot go on without it: restart it (torchrun "
+            f"--max-restarts) from the last checkpoint. ({err})"
         ) from err
 
 
@@ -286,6 +346,14 @@ def _meet_at_exit(timeout_s: int) -> None:
     client = _client(required=False)
     if client is None:
         return
+    if getattr(sys, "last_value", None) is not None:
+        # Leaving on an uncaught error: the others may wait in a collective for this
+        # process. Say so, and do not wait for them.
+        try:
+            client.key_value_set(f"lazax/left/{jax.process_index()}", "error")
+        except Exception:  # the coordinator is gone already
+            pass
+        return
     me, count = jax.process_index(), jax.process_count()
     try:
         client.wait_at_barrier("lazax_exit", timeout_s * 1000)
@@ -293,13 +361,17 @@ def _meet_at_exit(timeout_s: int) -> None:
             # Disconnect while process 0, which runs the coordinator, is still there.
             jax.distributed.shutdown()
             return
+        # Process 0 leaves once the others disconnected. jax's query of who is still
+        # connected waits for every connected process: it runs in a thread, bounded.
         others = list(range(1, count))
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            live = client.get_live_nodes(list(range(count)))
-            if not any(k in live for k in others):
-                break
-            time.sleep(0.02)
+
+        def gone() -> None:
+            while any(k in client.get_live_nodes(list(range(count))) for k in others):
+                time.sleep(0.02)
+
+        waiter = threading.Thread(target=gone, name="lazax-exit", daemon=True)
+        waiter.start()
+        waiter.join(timeout_s)
     except Exception as err:  # a lost or late process: leave anyway, and say so
         print(f"lazax: leaving without the job's other processes: {err}", file=sys.stderr)
 
@@ -307,10 +379,49 @@ def _meet_at_exit(timeout_s: int) -> None:
 def barrier(tag: str, timeout_s: float) -> None:
     """Return once every process of the job reached ``tag`` (each tag once)."""
     try:
-        _client().wait_at_barrier(f"lazax/{tag}", int(timeout_s * 1000))
-    except Exception as err:  # jax's runtime error: a deadline, or a process lost
-        if "DEADLINE_EXCEEDED" in str(err) or "imed out" in str(err):
-            raise TimeoutError(
-                f"lazax: not every process reached barrier {tag!r} within {timeout_s:g} s"
-            ) from err
-        raise
+        exchange(f"barrier/{tag}", b"", timeout_s)
+    except TimeoutError as err:
+        raise TimeoutError(f"lazax: not every process reached barrier {tag!r}: {err}") from None
+
+
+class JobMethods:
+    """``PjrtRuntime``'s methods for a job of several processes (its ``memory``,
+    ``_check_fault`` and ``process_count`` are the runtime's)."""
+
+    def global_array(self, local: np.ndarray, sharding: Any, global_shape=None) -> jax.Array:
+        """One buffer over ``sharding`` from each process's own ``local`` part (jax's
+        ``make_array_from_process_local_data``; ``global_shape`` inferred when None)."""
+        self._check_fault("to_device")
+        buffer = from_process_local(local, sharding, global_shape)
+        self.memory.track((buffer,))
+        return buffer
+
+    def from_callback(self, shape, sharding: Any, read: Callable) -> jax.Array:
+        """A buffer over ``sharding`` whose pieces this process reads itself: ``read``
+        (a tuple of slices) -> numpy array, once per piece its devices hold."""
+        self._check_fault("to_device")
+        buffer = jax.make_array_from_callback(tuple(shape), sharding, read)
+        self.memory.track((buffer,))
+        return buffer
+
+    def local_part(self, buffer: jax.Array) -> np.ndarray:
+        """The block of ``buffer``'s value that this process's devices hold."""
+        self._check_fault("to_host")
+        with peers_watched():
+            wait_watched((buffer,))
+            return local_part(buffer)[0]
+
+    def collective(self, kind: str, buffer: jax.Array, op: str = "sum", source: int = 0):
+        """One of ``_collectives``' functions (``kind``: all_reduce, all_gather,
+        broadcast, reduce_scatter) over the job's processes; this process's result, on
+        its first device."""
+        self._check_fault("execute")
+        with peers_watched():
+            if kind == "broadcast":
+                out = collectives.broadcast(buffer, source)
+            elif kind == "all_gather":
+                out = collectives.all_gather(buffer)
+            else:
+                out = getattr(collectives, kind)(buffer, op)
+        self.memory.track((out,))
+        return out

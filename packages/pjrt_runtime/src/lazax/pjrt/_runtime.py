@@ -6,7 +6,9 @@ Contract (the narrow interface; a second implementation must stay possible):
   (the same list as ``devices`` unless jax's distributed runtime joined processes),
   ``process_index`` / ``process_count``: this process's place in that job.
 - ``to_device(array, device)``: host numpy array -> device buffer (asynchronous).
-- ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer).
+- ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer);
+  ``SplitAcrossProcessesError`` for a value split over several processes' devices
+  (a replicated one reads back whole).
 - ``compile(fn, arg_specs, device, arg_shardings, donate)``: a jax-traceable function
   and its argument specs ``(shape, dtype name)`` -> an executable for ``device``, or,
   with ``arg_shardings`` (one jax sharding per argument), an SPMD program that XLA's
@@ -16,8 +18,12 @@ Contract (the narrow interface; a second implementation must stay possible):
   ``annotations`` attribute is the caller's to keep anything with the program.
 - ``mesh(device_ids, shape, axis_names)`` (ids index ``global_devices``),
   ``named_sharding(mesh, spec)``, ``place(buffer, sharding)`` (a device buffer re-laid
-  out, asynchronously), and ``shard_shapes(buffer)`` (device id -> the shape of the
-  piece that device holds).
+  out, asynchronously; onto a sharding that spans processes, each process builds its
+  pieces from its own copy), and ``shard_shapes(buffer)`` (global device index -> the
+  shape of the piece that device holds).
+- Several processes (``_processes.JobMethods``): ``global_array``, ``from_callback``,
+  ``local_part``, ``collective``. Under a job of several processes, every wait watches
+  the others and raises ``ProcessLostError`` when one is gone.
 - ``execute(executable, args)``: runs asynchronously; returns a tuple of buffers that
   are futures. Errors raised synchronously propagate, and then no donated argument has
   been consumed; an asynchronous failure surfaces when a result is waited on. Running
@@ -56,13 +62,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from . import _collectives as collectives
 from ._memory import MemoryTracker
 from ._platform import jax_devices, platform_from_env
 from ._processes import (
+    JobMethods,
     SplitAcrossProcessesError,
-    from_process_local,
-    local_part,
     peers_watched,
     place_across,
     spans_processes,
@@ -202,7 +206,7 @@ def _listen_to_persistent_cache() -> None:
     _listening = True
 
 
-class PjrtRuntime:
+class PjrtRuntime(JobMethods):
     """``lazax``'s runtime over jax/PJRT (see the module docstring)."""
 
     def __init__(self, platform: str | None = None) -> None:
@@ -468,42 +472,3 @@ class PjrtRuntime:
         live = [b for b in self.memory.live_buffers() if not b.is_deleted()]
         if live:
             self.wait(live)
-
-    # -- several processes -----------------------------------------------------------
-    def global_array(self, local: np.ndarray, sharding: Any, global_shape=None) -> jax.Array:
-        """One buffer over ``sharding`` from each process's own ``local`` part (jax's
-        ``make_array_from_process_local_data``; ``global_shape`` inferred when None)."""
-        self._check_fault("to_device")
-        buffer = from_process_local(local, sharding, global_shape)
-        self.memory.track((buffer,))
-        return buffer
-
-    def from_callback(self, shape, sharding: Any, read: Callable) -> jax.Array:
-        """A buffer over ``sharding`` whose pieces this process reads itself: ``read``
-        (a tuple of slices) -> numpy array, once per piece its devices hold."""
-        self._check_fault("to_device")
-        buffer = jax.make_array_from_callback(tuple(shape), sharding, read)
-        self.memory.track((buffer,))
-        return buffer
-
-    def local_part(self, buffer: jax.Array) -> np.ndarray:
-        """The block of ``buffer``'s value that this process's devices hold."""
-        self._check_fault("to_host")
-        with peers_watched():
-            wait_watched((buffer,))
-            return local_part(buffer)[0]
-
-    def collective(self, kind: str, buffer: jax.Array, op: str = "sum", source: int = 0):
-        """One of ``_collectives``' functions (``kind``: all_reduce, all_gather,
-        broadcast, reduce_scatter) over the job's processes; this process's result, on
-        its first device."""
-        self._check_fault("execute")
-        with peers_watched():
-            if kind == "broadcast":
-                out = collectives.broadcast(buffer, source)
-            elif kind == "all_gather":
-                out = collectives.all_gather(buffer)
-            else:
-                out = getattr(collectives, kind)(buffer, op)
-        self.memory.track((out,))
-        return out
