@@ -12,7 +12,8 @@ Scenarios:
 - ``die``: process 1 exits after two steps; process 0 goes on.
 - ``fail_alone``: process 1 raises an error of its own; process 0 goes on.
 - ``collectives``: torch.distributed's calls on lazax tensors (the "lazax" backend, which
-  ``init_process_group`` joins itself), then DistributedDataParallel training.
+  ``init_process_group`` joins itself), then DistributedDataParallel training, then
+  ``torch.compile(backend="lazax")`` over a batch split across processes.
 """
 
 import copy
@@ -177,6 +178,31 @@ def ddp() -> dict:
     return {"ddp_error": error, "ddp_compiles": compiles}
 
 
+def dynamo() -> dict:
+    """torch.compile(backend="lazax") of the loss, its input split over every process's
+    devices."""
+    import lazax.dynamo  # noqa: F401  (registers the backend)
+
+    rank, devices = lx.process_index(), lx.global_device_count()
+    mesh = lx.Mesh(range(devices), (devices,), ("data",))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    model = model.to(lx.device())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_of = torch.compile(lambda x: model(x).square().mean(), backend="lazax")
+    losses = []
+    for step in range(4):
+        batch = torch.randn(8, 8, generator=torch.Generator().manual_seed(step))
+        x = lx.distributed.global_tensor(batch[rank * 4 : (rank + 1) * 4], mesh, ("data", None))
+        opt.zero_grad()
+        loss = loss_of(x)
+        loss.backward()
+        opt.step()
+        lx.sync()
+        losses.append(loss)
+    return {"dynamo_losses": [loss.item() for loss in losses]}
+
+
 def main() -> None:
     scenario = sys.argv[1]
     if scenario == "collectives":
@@ -202,6 +228,7 @@ def main() -> None:
     elif scenario == "collectives":
         result.update(collectives())
         result.update(ddp())
+        result.update(dynamo())
     elif scenario == "diverge":
 
         def peek(step, loss):

@@ -330,6 +330,20 @@ def test_torch_distributed_collectives_and_ddp_on_lazax_tensors():
         # a steady step compiles nothing.
         assert result["ddp_error"] < 1e-6
         assert result["ddp_compiles"][3:] == [0, 0, 0]
+    # dynamo: the same losses in both processes, torch's on the CPU over the whole batch.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = []
+    for step in range(4):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 8, generator=torch.Generator().manual_seed(step)))
+        loss = loss.square().mean()
+        loss.backward()
+        opt.step()
+        expected.append(loss.item())
+    for *_, result in ran:
+        torch.testing.assert_close(result["dynamo_losses"], expected, rtol=1e-5, atol=1e-7)
 
 
 def test_a_process_that_fails_alone_makes_the_others_raise_at_once():
