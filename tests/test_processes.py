@@ -183,9 +183,11 @@ def test_two_processes_of_four_devices_train_as_one_process_of_eight(tmp_path):
             torch.testing.assert_close(got["losses"], eight, rtol=1e-4, atol=0)
             torch.testing.assert_close(got["losses"], one_device, rtol=1e-4, atol=0)
             # One graph for the first step, one for the second (AdamW's state now
-            # exists), then the steady step: nothing more, as in one process.
-            assert got["compiles"] == eight_compiles, (kind, rank, got["compiles"])
-            assert sum(got["compiles"][2:]) == 0
+            # exists), then the steady step: nothing more, as in one process (whose
+            # counts are not compared: another test in this process may have compiled
+            # the same graphs already).
+            assert got["compiles"] == [1, 1] + [0] * 8, (kind, rank, got["compiles"])
+            assert sum(eight_compiles[2:]) == 0
             # Each process holds its own rows of the batch, one per device.
             expected = make_tokens(CFG, 9)[rank * 4 : (rank + 1) * 4].tolist()
             assert got["batch_part"] == expected
