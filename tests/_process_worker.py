@@ -4,6 +4,8 @@ variables (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and
 prints one ``RESULT <json>`` line on success.
 
 Scenarios:
+- ``own``: joined with explicit arguments; each process trains its own model on its
+  own first device.
 - ``train``: the decoder trained data-parallel (batch split over every process's
   devices, weights replicated), then FSDP-style (weights and AdamW state split over
   "data" too); losses, compile counts, and what each process holds.
@@ -75,6 +77,34 @@ def train(fsdp: bool, mesh, on_step=None) -> dict:
         "weight_shards": {str(k): v for k, v in lx.shard_shapes(weight).items()},
         "state_shards": sorted(set(lx.shard_shapes(opt.state[weight]["exp_avg"]).values())),
         "weight_sum": float(weight.sum().item()),
+    }
+
+
+def own_model(rank: int) -> dict:
+    """Each process trains a model of its own seed on its own first device."""
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x, y = torch.randn(5, 6), torch.randn(5, 2)
+    lazy = copy.deepcopy(model).to(lx.device())
+    losses = {}
+    for name, net, data in (("cpu", model, (x, y)), ("lazax", lazy, (x, y))):
+        if name == "lazax":
+            data = tuple(t.to(lx.device()) for t in data)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(net(data[0]), data[1])
+            loss.backward()
+            opt.step()
+            lx.sync()
+        losses[name] = loss.item()
+    weight = lazy[0].weight
+    (device,) = lx.shard_shapes(weight)  # its global number: process 1's first is 2
+    return {
+        "process_count": lx.process_count(),
+        "device": f"{weight.device} = global device {device}",
+        "loss": losses["lazax"],
+        "error": abs(losses["cpu"] - losses["lazax"]),
     }
 
 
@@ -209,6 +239,9 @@ def main() -> None:
         import torch.distributed as dist
 
         dist.init_process_group("lazax")  # joins the job itself
+    elif scenario == "own":  # explicit arguments, no rendezvous through torch's store
+        rank = int(os.environ["RANK"])
+        lx.distributed.initialize(os.environ["COORDINATOR"], 2, rank, timeout=60)
     else:
         heartbeat = int(os.environ.get("HEARTBEAT", "100"))
         lx.distributed.initialize(timeout=60, heartbeat_timeout=heartbeat)
@@ -216,7 +249,9 @@ def main() -> None:
     devices = lx.global_device_count()
     mesh = lx.Mesh(range(devices), (devices,), ("data",))
     result: dict = {"rank": rank, "local_devices": lx.device_count(), "devices": devices}
-    if scenario == "train":
+    if scenario == "own":
+        result.update(own_model(rank))
+    elif scenario == "train":
         result["dp"] = train(False, mesh)
         result["fsdp"] = train(True, mesh)
         try:

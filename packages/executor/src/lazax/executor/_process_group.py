@@ -155,8 +155,8 @@ class LazaxProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         op = _op(opts, "reduce_scatter")
         for out, inputs in zip(output_tensors, input_tensors):
-            stacked = torch.stack(list(inputs))
-            _write(out, EXECUTOR.runtime.collective("reduce_scatter", _buffer(stacked, "x"), op))
+            rows = _buffer(torch.stack(list(inputs)), "reduce_scatter")
+            _write(out, EXECUTOR.runtime.collective("reduce_scatter", rows, op))
         return _Done(list(output_tensors))
 
     def reduce_scatter_single(self, output, input, opts=None):

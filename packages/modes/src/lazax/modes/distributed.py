@@ -113,7 +113,7 @@ def initialize(
         coordinator_address,
         num_processes,
         process_id,
-        local_device_ids,
+        local_device_ids=local_device_ids,
         timeout_s=int(timeout),
         heartbeat_timeout_s=int(heartbeat_timeout),
     )

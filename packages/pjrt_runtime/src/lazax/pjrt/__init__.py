@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
 
 from ._platform import PLATFORMS, PlatformUnavailableError, platform_from_env
 from ._processes import (
@@ -70,28 +69,20 @@ def runtime() -> PjrtRuntime:
 
 
 def initialize_distributed(
-    coordinator_address: str,
-    num_processes: int,
-    process_id: int,
-    local_device_ids: Sequence[int] | None = None,
-    timeout_s: int = 300,
-    heartbeat_timeout_s: int = 100,
+    coordinator_address: str, num_processes: int, process_id: int, **options
 ) -> None:
     """Join this process to a job of ``num_processes`` (jax's distributed runtime, its
-    coordinator at ``coordinator_address``, run by process 0). Before the runtime's
-    first use; on the CPU, collectives over gloo. ``timeout_s``: how long to wait for
-    every process to join; ``heartbeat_timeout_s``: after how long without a heartbeat
-    a process counts as dead (the others then fail)."""
-    _join(
-        coordinator_address,
-        num_processes,
-        process_id,
-        local_device_ids,
-        timeout_s,
-        heartbeat_timeout_s,
-        platform=platform_from_env(),
-        runtime_exists=_RUNTIME is not None,
-    )
+    coordinator at ``coordinator_address``, run by process 0); ``options``:
+    ``local_device_ids``, ``timeout_s`` (how long to wait for every process to join),
+    ``heartbeat_timeout_s`` (after how long without a heartbeat a process counts as
+    dead). Before the runtime's first use; on the CPU, collectives over gloo."""
+    if _RUNTIME is not None:
+        raise RuntimeError(
+            "lazax: the distributed runtime must start before anything uses a device, "
+            "and this process already has; call lazax.modes.distributed.initialize() "
+            "first thing in the script (before moving a model or tensor to lazax)"
+        )
+    _join(coordinator_address, num_processes, process_id, platform=platform_from_env(), **options)
 
 
 def is_distributed() -> bool:

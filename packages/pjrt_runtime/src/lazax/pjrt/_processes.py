@@ -2,10 +2,11 @@
 
 Contract:
 - ``initialize(coordinator_address, num_processes, process_id, local_device_ids,
-  timeout_s, heartbeat_timeout_s)`` joins this process to the job
-  (``jax.distributed.initialize``). It must come before the runtime exists and before
-  jax touches a device (``RuntimeError`` otherwise); on the CPU the job's collectives
-  run over gloo. ``is_initialized()`` says whether it ran.
+  timeout_s, heartbeat_timeout_s, platform)`` joins this process to the job
+  (``jax.distributed.initialize``), once (``RuntimeError`` the second time). It must
+  come before jax touches a device (``lazax.pjrt.initialize_distributed`` checks that no
+  runtime exists yet); on the CPU the job's collectives run over gloo.
+  ``is_initialized()`` says whether it ran.
 - ``spans_processes(sharding)``: whether a sharding places pieces on another process's
   devices (a program or buffer that does needs every process to take part).
 - ``place_across(buffer, sharding)``: a buffer this process holds, laid out over a
@@ -87,18 +88,11 @@ def initialize(
     timeout_s: int = 300,
     heartbeat_timeout_s: int = 100,
     platform: str = "cpu",
-    runtime_exists: bool = False,
 ) -> None:
     if _JOINED:
         raise RuntimeError(
             f"lazax: this process already joined a job (process {_JOINED['process_id']} of "
             f"{_JOINED['num_processes']}); initialize once per process"
-        )
-    if runtime_exists:
-        raise RuntimeError(
-            "lazax: the distributed runtime must start before anything uses a device, "
-            "and this process already has; call lazax.modes.distributed.initialize() "
-            "first thing in the script (before moving a model or tensor to lazax)"
         )
     if platform == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")

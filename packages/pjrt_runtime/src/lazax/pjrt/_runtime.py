@@ -276,14 +276,12 @@ class PjrtRuntime(JobMethods):
 
     def to_host(self, buffer: jax.Array) -> np.ndarray:
         self._check_fault("to_host")
-        if self.process_count > 1 and not (
-            buffer.is_fully_addressable or buffer.is_fully_replicated
-        ):
-            raise SplitAcrossProcessesError(
-                f"the {tuple(buffer.shape)} value is split over several processes' "
-                f"devices ({buffer.sharding}): this process holds only its pieces"
-            )
         if self.process_count > 1:
+            if not (buffer.is_fully_addressable or buffer.is_fully_replicated):
+                raise SplitAcrossProcessesError(
+                    f"the {tuple(buffer.shape)} value is split over several processes' "
+                    f"devices ({buffer.sharding}): this process holds only its pieces"
+                )
             with peers_watched():
                 wait_watched((buffer,))
                 return np.asarray(buffer)
