@@ -33,7 +33,7 @@ from lazax.executor import EXECUTOR, LazyTensor, metrics
 
 from ._capture import CaptureBroken, Replay, signature
 
-__all__ = ["GraphBridge", "bridge"]
+__all__ = ["GraphBridge", "bridge", "graph_name"]
 
 _DEVICE_DATA = ir.DEVICE_DATA
 # Signatures kept per FX graph (most recently used first out when full).
@@ -57,6 +57,7 @@ class GraphBridge:
         # Signature -> Replay, or the reason (a str) that signature is interpreted.
         self.replays: OrderedDict[tuple, Replay | str] = OrderedDict()
         self.traced = False
+        self.name = graph_name(gm)
 
     def __call__(self, *args):
         # AOTAutograd calls boxed (one list: ``_boxed_call``) where it can, and unboxed
@@ -91,7 +92,7 @@ class GraphBridge:
     def _capture(self, key: tuple, args):
         counter = "DynamoSpecializeGraph" if self.traced else "DynamoExtractCompiledGraph"
         try:
-            replay = Replay(self.gm, args, self.tensor_positions)
+            replay = Replay(self.gm, args, self.tensor_positions, self.name)
         except CaptureBroken as why:
             replay = str(why)
         metrics.bump(counter)
@@ -135,6 +136,16 @@ class GraphBridge:
         finally:
             EXECUTOR.eager = eager
         return outputs
+
+
+def graph_name(gm: torch.fx.GraphModule) -> str:
+    """The program name of an FX graph in XLA's dumps and profiles: dynamo's compile id
+    (frame/recompile) and which graph AOTAutograd made (a backward graph takes the
+    forward's tangents), e.g. ``dynamo_0_0_forward``."""
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    where = str(compile_id).replace("/", "_") if compile_id is not None else "graph"
+    backward = any(n.op == "placeholder" and n.name.startswith("tangents") for n in gm.graph.nodes)
+    return f"dynamo_{where}_{'backward' if backward else 'forward'}"
 
 
 def bridge(gm: torch.fx.GraphModule, example_inputs) -> GraphBridge:

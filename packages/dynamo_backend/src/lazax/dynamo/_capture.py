@@ -120,7 +120,8 @@ def _trace(gm, args, tensor_positions):
 class Replay:
     """One compiled specialisation of an FX graph, run by hash."""
 
-    def __init__(self, gm, args, tensor_positions) -> None:
+    def __init__(self, gm, args, tensor_positions, name: str | None = None) -> None:
+        self.name = name
         outputs, shadows, host, seeds = _trace(gm, args, tensor_positions)
         self.device_index = shadows[0][0].device_index if shadows else 0
         initial = {id(leaf): i for _, i, leaf in shadows}
@@ -223,7 +224,13 @@ class Replay:
             self.compiled.add(donate)
             shardings = None if self.placement is None else self.placement[1]
             entry = EXECUTOR.compile_into_cache(
-                key, lambda: self.lowered, "CompileTime", shardings, donate, self.lines
+                key,
+                lambda: self.lowered,
+                "CompileTime",
+                shardings,
+                donate,
+                self.lines,
+                EXECUTOR.graph_name or self.name,
             )
         else:
             metrics.bump("CachedCompile")

@@ -43,6 +43,7 @@ from lazax import ir, pjrt
 from . import metrics
 from ._agreement import agree, describe
 from ._checks import CHECKS
+from ._debug import unexpected_execution, user_location, user_site
 from ._donation import DonationPolicy
 from ._keys import KeyParts, RecompileLog
 from ._lowering import lower
@@ -101,11 +102,13 @@ class GraphExecutor:
         (runtime or pjrt.runtime()).use_persistent_cache(str(where), read_only)
         return True
 
-    def compile_executable(self, fn, arg_specs, arg_shardings=None, donate=()):
+    def compile_executable(self, fn, arg_specs, arg_shardings=None, donate=(), name=None):
         """``runtime.compile``, with the persistent tier's outcome counted:
         ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
         (corrupt, truncated, foreign) as ``PersistentCacheLoadFailure`` and a warning."""
-        entry = self.runtime.compile(fn, arg_specs, arg_shardings=arg_shardings, donate=donate)
+        entry = self.runtime.compile(
+            fn, arg_specs, arg_shardings=arg_shardings, donate=donate, name=name
+        )
         if entry.persistent == "hit":
             metrics.bump("PersistentCacheHit")
         elif entry.persistent == "miss":
@@ -116,20 +119,29 @@ class GraphExecutor:
         return entry
 
     def compile_into_cache(
-        self, key, lower_fn, timer: str = "CompileTime", arg_shardings=None, donate=(), lines=None
+        self,
+        key,
+        lower_fn,
+        timer: str = "CompileTime",
+        arg_shardings=None,
+        donate=(),
+        lines=None,
+        name=None,
     ):
         """On a cache miss: ``lower_fn() -> (fn, arg_specs)``, compile (timed as
         ``timer``; SPMD over ``arg_shardings`` if given; ``donate``: argument indices
         whose buffers the outputs may take over) and keep the executable under the
         memory key ``key``. A program over several processes' devices is compiled only
         once every process agrees on it (``_agreement``; ``lines``: the graph's
-        description, or a callable giving it)."""
+        description, or a callable giving it). ``name``: the program's name in XLA's
+        dumps and profiles (not part of the key: a graph compiled under one name and
+        run under another keeps its first name)."""
         if arg_shardings is not None and self.runtime.process_count > 1:
             if any(pjrt.spans_processes(s) for s in arg_shardings):
                 agree(self.runtime, key, lines, self.graph_name, self.compile_site()[1])
         with metrics.timed(timer):
             fn, arg_specs = lower_fn()
-            entry = self.compile_executable(fn, arg_specs, arg_shardings, donate)
+            entry = self.compile_executable(fn, arg_specs, arg_shardings, donate, name)
         # The device-side checks the trace found (``_lowering``): one more output.
         entry.annotations = list(getattr(fn, "checks", ())) or None
         self.cache.put(key, entry)
@@ -172,10 +184,17 @@ class GraphExecutor:
     def compile_site(self) -> tuple[str, str]:
         """(site, frame) of a compile: the graph name if set, else the user's code
         location; the frame is the user's innermost one outside lazax and torch."""
-        from ._debug import user_location
-
         frame = user_location()
         return (self.graph_name or frame), frame
+
+    def program_name(self, roots, eager: bool) -> str:
+        """A compiled graph's name: the graph name (``lx.compile``'s), else an eager
+        op's aten name, else where the user's code synced (``train.py:42:step``)."""
+        if self.graph_name:
+            return self.graph_name
+        if eager:
+            return roots[0].node.op
+        return user_site()
 
     @property
     def device_salt(self) -> str:
@@ -334,7 +353,13 @@ class GraphExecutor:
             timer = "EagerOpCompileTime" if eager else "CompileTime"
             shardings = placed[1] if placed is not None else None
             entry = self.compile_into_cache(
-                key, lambda: lower(graph), timer, shardings, donate, lambda: describe(graph)
+                key,
+                lambda: lower(graph),
+                timer,
+                shardings,
+                donate,
+                lambda: describe(graph),
+                self.program_name(roots, eager),
             )
         else:
             metrics.bump("CachedCompile")
@@ -382,8 +407,6 @@ class GraphExecutor:
             self.capture_guard(what)
         if self.allow_execution:
             return
-        from ._debug import unexpected_execution
-
         raise unexpected_execution(what, self.graph_name, graph)
 
 

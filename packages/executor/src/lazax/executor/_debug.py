@@ -22,7 +22,13 @@ import torch
 
 from lazax import ir
 
-__all__ = ["GraphCountSession", "unexpected_execution", "user_frames", "user_location"]
+__all__ = [
+    "GraphCountSession",
+    "unexpected_execution",
+    "user_frames",
+    "user_location",
+    "user_site",
+]
 
 _TORCH_ROOT = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _STDLIB_ROOT = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
@@ -44,6 +50,13 @@ def user_location() -> str:
     """``file:line (in function)`` of the innermost frame outside lazax and torch."""
     user = next((f for f in user_frames() if not _is_library(f.filename)), None)
     return f"{user.filename}:{user.lineno} (in {user.name})" if user else "<unknown>"
+
+
+def user_site() -> str:
+    """``file:line:function`` of the innermost frame outside lazax and torch (the file's
+    base name): a program's name when nothing names it."""
+    user = next((f for f in user_frames() if not _is_library(f.filename)), None)
+    return f"{os.path.basename(user.filename)}:{user.lineno}:{user.name}" if user else "lazax"
 
 
 def unexpected_execution(cause: str, graph_name: str | None, graph: ir.Graph | None):

@@ -151,6 +151,7 @@ class Executable:
         "temp_bytes",
         "annotations",
         "footprints",
+        "name",
     )
 
     def __init__(
@@ -178,6 +179,8 @@ class Executable:
         # Per output, the bytes it holds on each device: fixed by the program (its
         # output shapes and shardings), measured on its first execution.
         self.footprints: tuple | None = None
+        # The program's name (its XLA module is ``jit_<name>``), or None.
+        self.name: str | None = None
 
     @property
     def need_bytes(self) -> int:
@@ -351,8 +354,23 @@ class PjrtRuntime(JobMethods):
         device: Any = None,
         arg_shardings: Sequence[Any] | None = None,
         donate: tuple[int, ...] = (),
+        name: str | None = None,
     ) -> Executable:
+        executable = self._compile(fn, arg_specs, device, arg_shardings, donate, name)
+        executable.name = name
+        return executable
+
+    def _compile(self, fn, arg_specs, device, arg_shardings, donate, name) -> Executable:
         self._check_fault("compile")
+        if name:
+            # jax names the XLA module (dumps, profiles) after the function:
+            # ``jit_<name>``, not every program ``jit_fn``.
+            inner = fn
+
+            def fn(*args):
+                return inner(*args)
+
+            fn.__name__ = fn.__qualname__ = name
         if arg_shardings is None:
             arg_shardings = [self._shardings[device or self.default_device]] * len(arg_specs)
         avals = [
