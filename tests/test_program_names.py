@@ -47,12 +47,11 @@ def test_a_compiled_region_names_its_program(compiled):
 
 
 def test_a_lazy_sync_is_named_after_the_users_line(compiled):
-    y = torch.randn(5, 3).to(DEV).relu() * 7.0
+    _ = torch.randn(5, 3).to(DEV).relu() * 7.0
     lx.sync()
     (entry,) = [e for e in compiled if "test_program_names" in (e.name or "")]
     assert entry.name.endswith(":test_a_lazy_sync_is_named_after_the_users_line")
     assert "test_program_names.py" in _module_name(entry)
-    assert y.shape == (5, 3)
 
 
 def test_an_eager_op_is_named_after_its_aten_op(compiled):

@@ -33,7 +33,7 @@ from lazax.executor import EXECUTOR, LazyTensor, metrics
 
 from ._capture import CaptureBroken, Replay, signature
 
-__all__ = ["GraphBridge", "bridge", "graph_name"]
+__all__ = ["GraphBridge", "bridge"]
 
 _DEVICE_DATA = ir.DEVICE_DATA
 # Signatures kept per FX graph (most recently used first out when full).

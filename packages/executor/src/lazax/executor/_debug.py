@@ -46,16 +46,21 @@ def user_frames() -> list[traceback.FrameSummary]:
     return list(reversed(traceback.extract_stack()[:-1]))
 
 
+def _user_frame():
+    """The innermost frame outside lazax, torch and the standard library, or None."""
+    return next((f for f in user_frames() if not _is_library(f.filename)), None)
+
+
 def user_location() -> str:
     """``file:line (in function)`` of the innermost frame outside lazax and torch."""
-    user = next((f for f in user_frames() if not _is_library(f.filename)), None)
+    user = _user_frame()
     return f"{user.filename}:{user.lineno} (in {user.name})" if user else "<unknown>"
 
 
 def user_site() -> str:
     """``file:line:function`` of the innermost frame outside lazax and torch (the file's
     base name): a program's name when nothing names it."""
-    user = next((f for f in user_frames() if not _is_library(f.filename)), None)
+    user = _user_frame()
     return f"{os.path.basename(user.filename)}:{user.lineno}:{user.name}" if user else "lazax"
 
 
