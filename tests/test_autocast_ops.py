@@ -12,7 +12,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
 
 import lazax.modes as lx
-from lazax.executor._autocast import BANNED, LOWER, POLICY
+from lazax.executor.hooks.autocast import BANNED, LOWER, POLICY
 
 DEV = lx.device()
 BF16 = torch.bfloat16

@@ -14,7 +14,7 @@ import torch
 
 import lazax.executor as lx_exec
 import lazax.modes as lx
-from lazax.executor import _map_guard
+from lazax.executor.barrier import map_guard as _map_guard
 
 DEV = lx.device()
 

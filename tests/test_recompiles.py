@@ -44,7 +44,7 @@ def _graph():
 
 
 def test_each_part_of_the_environment_changes_the_key():
-    from lazax.executor._keys import KeyParts
+    from lazax.executor.barrier.keys import KeyParts
 
     graph = _graph()
     base = KeyParts(_Runtime(), device_salt_hash=1).cache_key(graph)

@@ -8,7 +8,7 @@ import torch
 
 import lazax.executor as lx
 from lazax import ir
-from lazax.executor import _transfer
+from lazax.executor.tensor import transfer as _transfer
 
 DEV = lx.device()
 

@@ -172,7 +172,7 @@ class Replay:
         checked = executor.checked_ops()
         self.sites = {k: (n.op, n.data) for k, n in enumerate(graph.reached) if n.op in checked}
         # SPMD: the input shardings this replay is compiled for (part of its key).
-        self.placement = executor.sharded_placement(graph)
+        self.placement = executor.sharded_placement(graph, EXECUTOR.runtime)
         # What a job's processes compare before compiling a cross-process program
         # (text only: a replay keeps no IR).
         self.lines = None
@@ -286,7 +286,7 @@ class Replay:
         for slot in self.seed_slots:
             params[slot] = np.int64(RNG.next_key())
         if self.placement is not None:
-            executor.place_sharded_arguments(params, self.placement[1])
+            executor.place_sharded_arguments(EXECUTOR.runtime, params, self.placement[1])
         entry = EXECUTOR.cache.get(self._key(donate))
         if entry is None:
             entry = self._compile(donate)

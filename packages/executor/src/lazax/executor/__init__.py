@@ -11,26 +11,30 @@ front-ends that build or replay graphs themselves (the dynamo bridge), with ``CH
 ``mark_sharding``, ``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD.
 """
 
-from ._device import RNG, device, register
+# The device is renamed before anything makes a torch.device("lazax", i).
+from .tensor.device import device, register
 
 register()
 
 from . import metrics  # noqa: E402
-from ._agreement import GraphsDifferError  # noqa: E402
-from ._agreement import describe as describe_graph  # noqa: E402
-from ._autocast import install as _install_autocast  # noqa: E402
-from ._autocast import missing_policies as autocast_missing_policies  # noqa: E402
-from ._barrier import EXECUTOR, GraphExecutor  # noqa: E402
-from ._checks import CHECKS  # noqa: E402
-from ._debug import GraphCountSession  # noqa: E402
-from ._dispatch import apply_eager_sync  # noqa: E402
-from ._global import global_tensor, local_part  # noqa: E402
-from ._lowering import lower as lower_graph  # noqa: E402
-from ._module_moves import install as _install_module_moves  # noqa: E402
-from ._process_group import LazaxProcessGroup  # noqa: E402
-from ._sharded_checkpoint import load as load_sharded  # noqa: E402
-from ._sharded_checkpoint import save as save_sharded  # noqa: E402
-from ._sharding import (  # noqa: E402
+from ._version import __version__  # noqa: E402
+from .barrier.agreement import GraphsDifferError  # noqa: E402
+from .barrier.agreement import describe as describe_graph  # noqa: E402
+from .barrier.checks import CHECKS  # noqa: E402
+from .barrier.debug import GraphCountSession  # noqa: E402
+from .barrier.executor import EXECUTOR, GraphExecutor  # noqa: E402
+from .barrier.lower import lower as lower_graph  # noqa: E402
+from .barrier.placement import place_arguments as place_sharded_arguments  # noqa: E402
+from .barrier.placement import placement as sharded_placement  # noqa: E402
+from .barrier.placement import signature as sharding_signature  # noqa: E402
+from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
+from .dispatch.kernels import register_kernels  # noqa: E402
+from .dispatch.run import apply_eager_sync  # noqa: E402
+from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
+from .distributed.process_group import LazaxProcessGroup  # noqa: E402
+from .distributed.sharded_checkpoint import load as load_sharded  # noqa: E402
+from .distributed.sharded_checkpoint import save as save_sharded  # noqa: E402
+from .distributed.sharding import (  # noqa: E402
     Mesh,
     Sharding,
     clear_sharding,
@@ -38,14 +42,10 @@ from ._sharding import (  # noqa: E402
     mark_sharding,
     shard_shapes,
 )
-from ._sharding import place_arguments as place_sharded_arguments  # noqa: E402
-from ._sharding import placement as sharded_placement  # noqa: E402
-from ._sharding import signature as sharding_signature  # noqa: E402
-from ._special import register_kernels  # noqa: E402
-from ._storages import install as _install_storages  # noqa: E402
-from ._tensor import Layout, LazyTensor, Storage, ir_value, new_alias, new_tensor, rebind  # noqa: E402
-from ._transfer import from_cpu, to_cpu  # noqa: E402
-from ._version import __version__  # noqa: E402
+from .hooks.autocast import install as _install_autocast  # noqa: E402
+from .hooks.autocast import missing_policies as autocast_missing_policies  # noqa: E402
+from .hooks.module_moves import install as _install_module_moves  # noqa: E402
+from .hooks.storages import install as _install_storages  # noqa: E402
 from .ops import (  # noqa: E402
     DuplicateLoweringError,
     checked_ops,
@@ -53,6 +53,12 @@ from .ops import (  # noqa: E402
     lowering,
     registered_ops,
 )
+from .state.layout import Layout  # noqa: E402
+from .state.rng import RNG  # noqa: E402
+from .state.storage import Storage  # noqa: E402
+from .state.values import ir_value  # noqa: E402
+from .tensor.lazy import LazyTensor, new_alias, new_tensor, rebind  # noqa: E402
+from .tensor.transfer import from_cpu, to_cpu  # noqa: E402
 
 register_kernels()
 _install_module_moves()

@@ -18,6 +18,7 @@ from . import (  # noqa: E402,F401
     random,  # normal_, uniform_, bernoulli, random_
     reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
     shapes,  # triu/tril, arange, flip, roll, repeat, constant_pad_nd, diag_embed
+    sharding,  # lazax::shard, the sharding constraint
     sorting,  # sort, topk, searchsorted, bucketize
     unary,  # exp/log, trig, sigmoid, erf, sign, rounding, logit, isnan/isinf
     views,  # view ops and reshapes

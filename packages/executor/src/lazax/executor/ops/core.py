@@ -17,6 +17,7 @@ from jax import lax
 
 from ._promotion import cast
 from ._registry import lowering
+from .pseudo import COPY_TO, VIEW_GATHER, VIEW_SCATTER
 
 aten = torch.ops.aten
 
@@ -79,7 +80,7 @@ def view_dtype(ctx, x, dtype):
     return _as_units(x.reshape(-1), ctx.dtype).reshape(ctx.shape)
 
 
-@lowering("lazax::view_gather")
+@lowering(VIEW_GATHER)
 def view_gather(ctx, base, size, stride, offset):
     flat = _as_units(base.reshape(-1), ctx.dtype)
     n = math.prod(size)
@@ -88,7 +89,7 @@ def view_gather(ctx, base, size, stride, offset):
     return flat[_positions(size, stride, offset)].reshape(size)
 
 
-@lowering("lazax::view_scatter")
+@lowering(VIEW_SCATTER)
 def view_scatter(ctx, base, value, size, stride, offset):
     # ``value`` has the view's dtype; unlike the base's, it reinterprets the storage.
     flat = _as_units(base.reshape(-1), value.dtype)
@@ -100,7 +101,7 @@ def view_scatter(ctx, base, value, size, stride, offset):
     return _from_units(flat, base.dtype, base.shape)
 
 
-@lowering("lazax::copy_to")
+@lowering(COPY_TO)
 def copy_to(ctx, value, shape, dtype):
     return jnp.broadcast_to(cast(value, ctx.dtype), shape)
 

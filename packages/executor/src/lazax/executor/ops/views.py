@@ -12,6 +12,8 @@ import torch
 from jax import lax
 
 from ._registry import lowering
+from .core import _positions
+from .pseudo import contiguous_strides
 
 aten = torch.ops.aten
 
@@ -103,7 +105,6 @@ def diagonal(ctx, x, offset=0, dim1=0, dim2=1):
 
 @lowering(aten.as_strided.default)
 def as_strided(ctx, x, size, stride, storage_offset=None):
-    from .core import _positions
 
     # Strides here are relative to this tensor's own contiguous layout.
     flat = x.reshape(-1)
@@ -177,8 +178,6 @@ def diagonal_backward(ctx, grad, input_sizes, offset, dim1, dim2):
 
 @lowering(aten.diagonal_scatter.default)
 def diagonal_scatter(ctx, x, src, offset=0, dim1=0, dim2=1):
-    from .._tensor import contiguous_strides
-    from .core import _positions
 
     # Positions of the diagonal inside x's contiguous layout, as torch's strides say.
     strides = contiguous_strides(x.shape)

@@ -1,0 +1,93 @@
+"""Donation: which input buffers a graph may write its outputs over.
+
+Contract: ``DonationPolicy.choose(graph, roots, targets)`` returns the indices of
+``graph.parameters`` to donate (jax's ``donate_argnums``), as a sorted tuple, empty when
+donation is off. An input is donated only when
+- nothing can read it after this sync: ``lazax.ir.private_parameters`` finds no holder
+  of it (or of any node between it and the roots) besides the graph, the ``roots`` list
+  and the ``targets`` (storages, or view tensors, whose IR the results replace). A kept
+  alias or ``.detach()`` shares the storage and reads its new value; a pending clone, a
+  view's cached IR, a tensor autograd saved, the dynamo bridge's inputs, a buffer two
+  storages share and a graph hook that kept the graph are all holders, so their
+  buffers are never donated;
+- an output of the same shape and dtype can take it over (donating a buffer that no
+  output can reuse frees nothing and makes jax warn);
+``LAZAX_DONATION=0`` turns donation off (``EXECUTOR.donation``), for debugging.
+The caller holds ``EXECUTOR.sync_lock`` from the decision until the results have
+replaced the targets' IR, and every op holds it while it reads IR (``_dispatch``): no
+thread can take a new reference to the graph in between.
+"""
+
+from __future__ import annotations
+
+import os
+
+from lazax import ir
+
+from ..state.storage import StaleView, is_storage
+
+__all__ = ["DonationPolicy"]
+
+
+class DonationPolicy:
+    def __init__(self) -> None:
+        self.enabled = os.environ.get("LAZAX_DONATION", "1") not in ("0", "false", "")
+
+    def choose(self, graph: ir.Graph, roots: list, targets, bump: bool = True) -> tuple[int, ...]:
+        if not self.enabled:
+            return ()
+        if not bump and not any(not is_storage(t) or t.version for t in targets):
+            # An eager op's fresh outputs: its inputs are held by the tensors it was
+            # called with, so nothing could be donated; skip the analysis (per op).
+            return ()
+        # The graph object itself: the caller's variable and this parameter (two calls
+        # down from the caller's frame). A graph hook that kept it can read every node
+        # (the count above it says so).
+        if ir.holder_count(graph, calls=2) != 2:
+            return ()
+        params = graph.parameters
+        wanted = _output_specs(graph)
+        dropped = _dropped_references(roots, targets, bump)
+        donate = []
+        for i in ir.private_parameters(graph, dropped):
+            spec = params[i].specs[0]
+            left = wanted.get(spec, 0)
+            if left:
+                wanted[spec] = left - 1
+                donate.append(i)
+        return tuple(donate)
+
+
+def _output_specs(graph: ir.Graph) -> dict:
+    """How many outputs of each spec the graph has (a function of its own: a loop
+    variable left holding a root would count as a holder of it)."""
+    wanted: dict = {}
+    for r in graph.roots:
+        wanted[r.spec] = wanted.get(r.spec, 0) + 1
+    return wanted
+
+
+def _dropped_references(roots: list, targets, bump: bool) -> dict[int, int]:
+    """References into the graph that go once the results are in: the roots list
+    itself, each target's slot (a storage's value, a view's cached IR) and, when the
+    storages' versions move (``bump``), the IR their views cached."""
+    dropped: dict[int, int] = {}
+    for r in roots:
+        dropped[id(r)] = dropped.get(id(r), 0) + 1
+    for t in targets:
+        if not is_storage(t):
+            dropped[id(t._lz_value)] = dropped.get(id(t._lz_value), 0) + 1
+            continue
+        dropped[id(t.value)] = dropped.get(id(t.value), 0) + 1
+        if bump and t.views is not None:
+            for ref in t.views:
+                view = ref()
+                if (
+                    view is not None
+                    and view._lz_view is not None
+                    and view._lz_storage is t
+                    and type(view._lz_value) is not StaleView
+                ):
+                    key = id(view._lz_value)
+                    dropped[key] = dropped.get(key, 0) + 1
+    return dropped

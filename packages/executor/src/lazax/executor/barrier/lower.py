@@ -1,0 +1,157 @@
+"""Lowering a graph: IR nodes -> one jax function, ready for ``runtime.compile``.
+
+Contract: ``lower(graph)`` returns ``(fn, arg_specs)``. ``fn(*params)`` takes the
+graph's parameters in ``graph.parameters`` order and returns the roots' values, in
+order; ``arg_specs`` are those parameters' ``(shape, dtype name)``. The function keeps
+no reference to IR nodes (a cached executable must not keep a graph alive): each node is
+turned into a small instruction (rule, attributes, operand slots) first.
+
+Node attributes are ``(args, kwargs)`` templates in aten order, with ``("%", k)``
+standing for operand ``k``. Every output is cast to the dtype in the node's spec.
+Random rules get ``ctx.key`` from the node's last operand (an int64 seed parameter).
+``ctx.unread`` tells a multi-output rule which of its outputs nothing in this graph
+reads (the graph's hash covers which outputs are read, so the program may differ).
+
+Device-side checks (``_checks``): when ``CHECKS.enabled`` at the time jax traces ``fn``
+(the compile), the ``ctx.check`` calls of checked rules add one last output, an int64
+array ``(n, 2)`` of (any bad, first bad value) per check, and ``fn.checks`` lists, per
+row, ``(position in graph.reached of the node, error name, message)``. Without checks
+``fn.checks`` is empty and the outputs are the roots' alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from lazax import ir
+from lazax.pjrt import numpy_dtype
+
+from ..ops import LoweringContext, get_lowering
+from .checks import CHECKS
+
+__all__ = ["LoweringError", "lower"]
+
+
+class LoweringError(RuntimeError):
+    """No rule, or a rule that failed, for a node of the graph being compiled."""
+
+
+def _fill(template: Any, operands: list) -> Any:
+    if type(template) is tuple:
+        if len(template) == 2 and template[0] == "%" and type(template[1]) is int:
+            return operands[template[1]]
+        return tuple(_fill(t, operands) for t in template)
+    if type(template) is list:
+        return [_fill(t, operands) for t in template]
+    return template
+
+
+def _decode(value: Any) -> Any:
+    """Attribute encodings back to values a rule takes (a dtype becomes a numpy dtype,
+    a complex scalar a Python complex)."""
+    if type(value) is tuple:
+        if len(value) == 2 and value[0] == "dtype":
+            return jnp.dtype(value[1])
+        if len(value) == 3 and value[0] == "complex":
+            return complex(value[1], value[2])
+    return value
+
+
+def _instruction(node: ir.Node):
+    rule = get_lowering(node.op)
+    if rule is None:
+        raise LoweringError(
+            f"no lowering for {node.op} while compiling a graph; the tensor layer should "
+            f"have sent it to the CPU fallback. Please report this."
+        )
+    args_t, kwargs_t = node.attrs
+    out = tuple((s.shape, numpy_dtype(s.dtype)) for s in node.specs)
+    return rule, args_t, kwargs_t, out, node.op
+
+
+def _run(instr, operands: list, checks: list | None = None, unread: frozenset = frozenset()):
+    rule, args_t, kwargs_t, out, name = instr
+    ctx = LoweringContext(out, checks=checks, unread=unread)
+    if rule.random:
+        seed = operands.pop()
+        ctx.key = jax.random.key(seed)
+    args = [_decode(a) for a in _fill(args_t, operands)]
+    kwargs = {k: _decode(v) for k, v in _fill(kwargs_t, operands)}
+    try:
+        result = rule.fn(ctx, *args, **kwargs)
+    except Exception as err:
+        raise LoweringError(f"lowering of {name} failed: {type(err).__name__}: {err}") from err
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    if len(results) != len(out):
+        raise LoweringError(
+            f"lowering of {name} returned {len(results)} outputs, but torch gives {len(out)}"
+        )
+    fixed = []
+    for r, (shape, dtype) in zip(results, out):
+        r = jnp.asarray(r)
+        if r.dtype != dtype:
+            r = r.astype(dtype)
+        if r.shape != shape:
+            raise LoweringError(
+                f"lowering of {name} produced shape {r.shape}, but torch gives {shape}"
+            )
+        fixed.append(r)
+    return fixed
+
+
+def _read_outputs(graph: ir.Graph) -> dict[int, set[int]]:
+    """Per multi-output node (by id), the indices of its outputs something reads."""
+    read: dict[int, set[int]] = {}
+    for node in graph.nodes:
+        for v in node.operands:
+            if len(v.node.specs) > 1:
+                read.setdefault(id(v.node), set()).add(v.index)
+    for r in graph.roots:
+        if len(r.node.specs) > 1:
+            read.setdefault(id(r.node), set()).add(r.index)
+    return read
+
+
+def lower(graph: ir.Graph):
+    slot_of: dict[int, int] = {}
+    for i, p in enumerate(graph.parameters):
+        slot_of[id(p)] = i
+    program = []
+    next_slot = len(graph.parameters)
+    positions = graph.positions
+    read = _read_outputs(graph)
+    for node in graph.nodes:
+        if id(node) in slot_of:
+            continue
+        operand_slots = []
+        for v in node.operands:
+            operand_slots.append((slot_of[id(v.node)], v.index))
+        instr = _instruction(node)
+        checked = positions[id(node)] if instr[0].checked else None
+        n_out = len(node.specs)
+        unread = frozenset(range(n_out)) - read.get(id(node), set()) if n_out > 1 else frozenset()
+        program.append((instr, operand_slots, next_slot, checked, unread))
+        slot_of[id(node)] = next_slot
+        next_slot += 1
+    roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
+    arg_specs = [(p.specs[0].shape, p.specs[0].dtype) for p in graph.parameters]
+
+    def fn(*params):
+        env: list = [(p,) for p in params] + [None] * len(program)
+        enabled = CHECKS.enabled
+        rows: list = []
+        fn.checks = []  # filled anew by each trace
+        for instr, operand_slots, slot, position, unread in program:
+            checks = [] if enabled and position is not None else None
+            env[slot] = _run(instr, [env[s][i] for s, i in operand_slots], checks, unread)
+            for bad, value, error, message in checks or ():
+                rows.append(jnp.stack([bad.astype(jnp.int64), value]))
+                fn.checks.append((position, error, message))
+        outputs = tuple(env[s][i] for s, i in roots)
+        return (*outputs, jnp.stack(rows)) if rows else outputs
+
+    fn.checks = []
+    return fn, arg_specs

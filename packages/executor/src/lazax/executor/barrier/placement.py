@@ -1,0 +1,78 @@
+"""SPMD placement: the barrier's (and the replay's) side of sharding.
+
+Contract: ``placement(graph, runtime)`` (only once anything was sharded) is None for a
+single-device graph; otherwise ``(key, arg_shardings)``: the input shardings as part of
+the cache key (a changed sharding compiles a new graph, the same one never does) and the
+shardings to compile with. An input that is not split is replicated over the mesh
+(``place_arguments`` moves it once: the storage then keeps the replicated buffer).
+``signature(tensors)``: the input shardings of a replay's call (None until anything was
+sharded), checked on every call.
+"""
+
+from __future__ import annotations
+
+from lazax import ir
+
+from ..ops.sharding import ACTIVE, CONSTRAINTS, SHARD_OP
+
+__all__ = ["place_arguments", "placement", "signature"]
+
+
+def placement(graph: ir.Graph, runtime):
+    """None (single device), or (cache-key part, one sharding per parameter)."""
+    if not ACTIVE["active"]:
+        return None
+    mesh = None
+    split: list = []
+    spread = False  # an input already on several devices (a replicated result)
+    for p in graph.parameters:
+        s = getattr(p.data, "sharding", None)
+        if s is None or s.is_fully_replicated:
+            split.append(None)
+            if s is not None and len(s.device_set) > 1:
+                spread = True
+                mesh = mesh or getattr(s, "mesh", None)
+            continue
+        split.append(s)
+        mesh = s.mesh
+    # ``reached``, not ``nodes``: the post-order ``nodes`` is computed on first use and
+    # kept on the graph, one more holder of every node, which would stop donation.
+    for node in graph.reached:
+        if node.op == SHARD_OP:
+            mesh = mesh or CONSTRAINTS[node.attrs[0][1]].mesh
+    if mesh is None:
+        if spread:
+            raise RuntimeError(
+                "lazax: a graph's input is spread over several devices without a mesh; "
+                "mark it with mark_sharding, or clear_sharding it"
+            )
+        return None
+    replicated = runtime.named_sharding(mesh, ())
+    shardings = [replicated if s is None else s for s in split]
+    key = (mesh, tuple(None if s is None else s.spec for s in split))
+    return key, shardings
+
+
+def place_arguments(runtime, args: list, shardings: list, nodes=None) -> None:
+    """Re-lay out each argument whose buffer is not as compiled (an unsplit input of a
+    sharded graph: replicated); with ``nodes``, each device-data node keeps the result."""
+    for k, (a, s) in enumerate(zip(args, shardings)):
+        current = getattr(a, "sharding", None)
+        if current is not None and current != s:
+            args[k] = runtime.place(a, s)
+            if nodes is not None:
+                nodes[k].data = args[k]
+
+
+def signature(tensors) -> tuple | None:
+    """The input shardings, for the dynamo bridge's per-call signature (None until
+    anything was sharded)."""
+    if not ACTIVE["active"]:
+        return None
+    out = []
+    for t in tensors:
+        storage = getattr(t, "_lz_storage", None)  # None: a host tensor
+        data = None if storage is None else storage.value.node.data
+        s = getattr(data, "sharding", None)
+        out.append(None if s is None or s.is_fully_replicated else s)
+    return tuple(out)

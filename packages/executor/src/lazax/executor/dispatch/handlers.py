@@ -1,0 +1,202 @@
+"""``LazyTensor.__torch_dispatch__``: every aten op on a lazax tensor lands here.
+
+Contract: the op's handler is built once per overload: a special rule (``special``:
+copies, transfers, reads, and what the hooks register), an ``OpPlan`` run by
+``run.run_plan`` when a lowering exists (in-place ops use their functional rule and
+write back; ``out=`` overloads run it and copy into ``out``), else the CPU fallback.
+Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..barrier.executor import EXECUTOR
+from ..ops import get_lowering
+from ..tensor.lazy import LazyTensor
+from .fallback import fallback
+from .out_checks import checked_out
+from .plans import FUNCTIONAL, INPLACE, VIEW, OpPlan
+from .run import run_plan, upload
+from .special import SPECIAL, write_outs
+
+__all__ = ["dispatch", "make_handler"]
+
+aten = torch.ops.aten
+
+_HANDLERS: dict = {}
+
+
+def _is_out(arg) -> bool:
+    return arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write
+
+
+def _signature(func, drop_out: bool) -> tuple:
+    """Argument names and types, without alias annotations (and without out= args)."""
+    return tuple(
+        (a.name, str(a.type), a.kwarg_only)
+        for a in func._schema.arguments
+        if not (drop_out and _is_out(a))
+    )
+
+
+# In-place ops whose functional form has another name.
+_FUNCTIONAL_NAMES = {"normal": ("normal_functional",)}
+
+
+def _functional_counterpart(func, drop_out: bool = False):
+    """The functional overload taking the same arguments: ``add_.Tensor`` ->
+    ``add.Tensor``, ``pow_.Tensor`` -> ``pow.Tensor_Tensor``, ``add.out`` -> ``add.Tensor``.
+    Matching by signature, not by overload name, so that a rule is never fed its
+    arguments in another order (``pow_.Scalar`` is not ``pow.Scalar``)."""
+    name = func._schema.name.split("::")[1]
+    base = name if drop_out else (name[:-1] if name.endswith("_") else None)
+    if base is None:
+        return None
+    wanted = _signature(func, drop_out)
+    for packet_name in (base, *_FUNCTIONAL_NAMES.get(base, ())):
+        packet = getattr(aten, packet_name, None)
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            candidate = getattr(packet, overload)
+            if candidate is func or any(_is_out(a) for a in candidate._schema.arguments):
+                continue
+            if _signature(candidate, False) == wanted:
+                return candidate
+    return None
+
+
+def _run_out(func, plan: OpPlan, args: tuple, kwargs: dict):
+    """An ``out=`` overload: the functional rule, then a copy into each out tensor."""
+    out_names = [a.name for a in func._schema.arguments if _is_out(a)]
+    outs = [kwargs[n] for n in out_names]
+    result = run_plan(plan, args, {k: v for k, v in kwargs.items() if k not in out_names})
+    return write_outs(outs, result if isinstance(result, (tuple, list)) else (result,))
+
+
+# Ops that alias their input although their schema does not say so: torch's composite
+# out= kernels (kron.out, ...) write through an _unsafe_view of the out tensor.
+_UNDECLARED_VIEWS = {"aten::_unsafe_view"}
+
+
+def _is_view(func) -> bool:
+    if func._schema.name in _UNDECLARED_VIEWS:
+        return True
+    returns = func._schema.returns
+    return bool(returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in returns
+    )
+
+
+def _mutates(func) -> bool:
+    return any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+
+
+# Ops whose index tensors may live on the CPU, as torch allows for cuda tensors
+# (``x[torch.tensor([0, 2])] = y`` on the device): uploaded before the op runs.
+_CPU_INDICES_OK = {
+    "aten::index",
+    "aten::index_put",
+    "aten::index_put_",
+    "aten::_index_put_impl_",
+    "aten::_unsafe_index",
+    "aten::_unsafe_index_put",
+}
+
+
+def _upload_indices(handler):
+    def run(args, kwargs):
+        indices = args[1]
+        if any(type(i) is not LazyTensor and isinstance(i, torch.Tensor) for i in indices):
+            moved = [
+                upload(i) if isinstance(i, torch.Tensor) and type(i) is not LazyTensor else i
+                for i in indices
+            ]
+            args = (args[0], moved, *args[2:])
+        return handler(args, kwargs)
+
+    return run
+
+
+def make_handler(func):
+    handler = _make_handler(func)
+    if func._schema.name in _CPU_INDICES_OK:
+        return _upload_indices(handler)
+    return handler
+
+
+def _make_handler(func):
+    special = SPECIAL.get(func)
+    if special is not None:
+        return special
+    if _mutates(func):
+        arguments = func._schema.arguments
+        first = arguments[0]
+        if any(_is_out(a) for a in arguments):
+            functional = _functional_counterpart(func, drop_out=True)
+            rule = get_lowering(functional) if functional is not None else None
+            if rule is None or _is_view(functional):
+                return checked_out(func, lambda args, kwargs: fallback(func, args, kwargs))
+            plan = OpPlan(functional, functional.name(), FUNCTIONAL, rule.random)
+            return checked_out(func, lambda args, kwargs: _run_out(func, plan, args, kwargs), plan)
+        inplace_self = first.alias_info is not None and first.alias_info.is_write
+        functional = _functional_counterpart(func) if inplace_self else None
+        rule = get_lowering(functional) if functional is not None else None
+        if rule is None:
+            return lambda args, kwargs: fallback(func, args, kwargs)
+        if torch.Tag.inplace_view in func.tags:
+            return _inplace_view_handler(func, _make_handler(functional))
+        plan = OpPlan(func, functional.name(), INPLACE, rule.random)
+        return lambda args, kwargs: run_plan(plan, args, kwargs)
+    rule = get_lowering(func)
+    if rule is None:
+        return lambda args, kwargs: fallback(func, args, kwargs)
+    plan = OpPlan(func, func.name(), VIEW if _is_view(func) else FUNCTIONAL, rule.random)
+    return lambda args, kwargs: run_plan(plan, args, kwargs)
+
+
+def _inplace_view_handler(func, view_handler):
+    """``t_``, ``transpose_``, ``squeeze_``, ``unsqueeze_``, ``as_strided_``: change
+    ``self``'s shape and strides, never its data. The view op gives the lazax view;
+    the op itself, below the Python dispatch key, gives the torch metadata (torch's
+    own composite kernel, so torch's checks and errors)."""
+
+    def run(args, kwargs):
+        self = args[0]
+        view = view_handler(args, kwargs)
+        with torch._C._DisableTorchDispatch():
+            func(*args, **kwargs)
+        was_view = self._lz_view is not None
+        self._lz_view = view._lz_view
+        self._lz_value = view._lz_value
+        self._lz_seen = view._lz_seen
+        self._lz_key = view._lz_key
+        if self._lz_view is not None and not was_view:
+            self._lz_storage.add_view(self)
+        return self
+
+    return run
+
+
+# An op reads storages' IR; a sync decides from who holds that IR what it may donate.
+# Ops and syncs of several threads (the autograd engine runs backward on a thread of
+# its own) take turns, so that no op reads IR between a decision and its hand-back.
+_acquire = EXECUTOR.sync_lock.acquire
+
+_release = EXECUTOR.sync_lock.release
+
+
+def dispatch(cls, func, types, args=(), kwargs=None):
+    # Keyed by id: OpOverload.__hash__ is Python code, and overloads live forever.
+    handler = _HANDLERS.get(id(func))
+    if handler is None:
+        handler = _HANDLERS[id(func)] = make_handler(func)
+    _acquire()
+    try:
+        return handler(args, kwargs or {})
+    finally:
+        _release()
+
+
+LazyTensor.__torch_dispatch__ = classmethod(dispatch)

@@ -1,0 +1,88 @@
+"""lazax's kernels registered with torch's dispatcher.
+
+Contract: ``register_kernels()`` (idempotent, at import of ``lazax.executor``) registers
+the PrivateUse1 factory kernels (``empty``, ``empty_strided``, ``_copy_from`` and the
+factories in ``_FACTORIES``) with ``torch.library``, so that
+``torch.randn(..., device="lazax")`` and ``t.to("lazax")`` create lazax tensors, and
+the composite ``out=`` overloads torch gets wrong on subclasses (``composite_out``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lazax import ir
+
+from ..ops import get_lowering
+from ..state.dtypes import dtype_name
+from ..state.layout import Layout
+from ..tensor.lazy import new_tensor
+from .composite_out import composite_out_kernels
+from .fallback import fallback
+from .plans import FUNCTIONAL, OpPlan, aten_overload
+from .run import run_plan
+from .special import copy_from
+
+__all__ = ["register_kernels"]
+
+
+def _index(device) -> int:
+    return 0 if device is None or torch.device(device).index is None else torch.device(device).index
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    dtype = dtype or torch.get_default_dtype()
+    spec = ir.TensorSpec(tuple(size), dtype_name(dtype))
+    node = ir.Node("aten::empty.memory_format", (), (((), ()), ()), (spec,))
+    return new_tensor(node.outputs[0], Layout(tuple(size), dtype), _index(device))
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return _empty(size, dtype=dtype, device=device)
+
+
+# Factories whose CPU-side composite would build ``empty`` and fill it through an
+# ``out=`` kernel that resizes it (a lazax tensor cannot be resized in place): give them
+# a PrivateUse1 kernel that builds the value directly.
+_FACTORIES = (
+    "arange",
+    "arange.start",
+    "arange.start_step",
+    "linspace",
+    "logspace",
+    "eye",
+    "eye.m",
+    "randperm",
+    "full",
+    "tril_indices",
+    "triu_indices",
+    "_efficientzerotensor",
+)
+
+
+def _factory(func):
+    rule = get_lowering(func)
+    if rule is not None:
+        plan = OpPlan(func, func.name(), FUNCTIONAL, rule.random)
+        return lambda *args, **kwargs: run_plan(plan, args, kwargs)
+    return lambda *args, **kwargs: fallback(func, args, kwargs)
+
+
+_LIBRARY = None
+
+
+def register_kernels() -> None:
+    """lazax's kernels registered with torch's dispatcher: the PrivateUse1 factories, and
+    the composite ``out=`` overloads torch gets wrong on subclasses (``_composite_out``)."""
+    global _LIBRARY
+    if _LIBRARY is not None:
+        return
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", _empty, "PrivateUse1")
+    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    lib.impl("_copy_from", copy_from, "PrivateUse1")
+    for name in _FACTORIES:
+        lib.impl(name, _factory(aten_overload(name)), "PrivateUse1")
+    for name, kernel in composite_out_kernels():
+        lib.impl(name, kernel, "AutogradPrivateUse1")
+    _LIBRARY = lib

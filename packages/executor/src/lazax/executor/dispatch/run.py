@@ -1,0 +1,209 @@
+"""Running one op on lazax tensors: arguments to one IR node, outputs to tensors.
+
+Contract of ``run_plan(plan, args, kwargs)`` (the tracing hot path: no device work, no
+meta kernel on a spec-cache hit):
+1. Scan the arguments into the spec-cache key and the operand list (tensors, and Python
+   scalars in torch ``Scalar`` slots other than 0 and +-1, which become scalar
+   parameters). A CPU tensor with dimensions raises torch's device-mismatch error.
+2. Build one IR node (its hash from the cached base hash and the operands' hashes) and
+   the output tensors; in-place ops write into their first argument (through views).
+3. In eager mode, run the op's new values at once (``EXECUTOR.run_new``) and hand out
+   tensors holding the results; an in-place op syncs the storage it wrote. View
+   outputs are not run: their IR folds into the next op.
+A node deeper than ``EXECUTOR.pending_depth_warning`` ops warns once per process: a
+pending graph that never gets synced grows until its compile explodes.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from lazax import ir
+from lazax.pjrt import numpy_dtype
+
+from ..barrier.checks import CHECKS, restored_if_check_fails, trace_site
+from ..barrier.executor import EXECUTOR
+from ..state.layout import Layout
+from ..state.rng import RNG
+from ..state.values import ir_value, write
+from ..tensor.lazy import LazyTensor, new_alias, new_tensor
+from ..tensor.transfer import from_cpu
+from .fallback import fallback
+from .plans import FALLBACK, INPLACE, LIST_SLOT, SCALAR_SLOT, VIEW, NeedsFallback, OpPlan
+
+__all__ = ["apply_eager_sync", "run_plan", "upload"]
+
+aten = torch.ops.aten
+
+_NP_SCALAR: dict[str, type] = {}
+
+
+def _device_mismatch(t: torch.Tensor) -> RuntimeError:
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"lazax:0 and {t.device}!"
+    )
+
+
+def _scan(value, slot: int, operands: list):
+    """Key for one argument; appends its operands (see step 2)."""
+    t = type(value)
+    if t is LazyTensor:
+        operands.append(value)
+        return value._lz_key
+    if t is float or t is int:
+        if slot and value != 0 and value != 1 and value != -1:
+            operands.append(value)
+            return t
+        return (t, value) if slot else value
+    if t is list or t is tuple:
+        inner = SCALAR_SLOT if slot == LIST_SLOT else 0
+        return tuple([_scan(v, inner, operands) for v in value])
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0:  # 0-dim CPU tensors mix with device tensors, as for cuda
+            lazy = upload(value)
+            operands.append(lazy)
+            return lazy._lz_key
+        raise _device_mismatch(value)
+    return value
+
+
+def upload(cpu: torch.Tensor) -> LazyTensor:
+    return new_tensor(from_cpu(cpu), Layout(tuple(cpu.shape), cpu.dtype))
+
+
+def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
+    operands: list = []
+    slots = plan.slots
+    key = []
+    n_slots = len(slots)
+    for i, a in enumerate(args):
+        if type(a) is LazyTensor:  # the common case, inlined
+            operands.append(a)
+            key.append(a._lz_key)
+        else:
+            key.append(_scan(a, slots[i] if i < n_slots else 0, operands))
+    if kwargs:
+        kw_slots = plan.kw_slots
+        key.append(tuple([(k, _scan(v, kw_slots.get(k, 0), operands)) for k, v in kwargs.items()]))
+    key = tuple(key)
+    info = plan.cache.get(key)
+    if info is None or info is FALLBACK:
+        if info is FALLBACK:
+            return fallback(plan.func, args, kwargs)
+        try:
+            info = plan.infer(key, args, kwargs, operands)
+        except NeedsFallback:
+            return fallback(plan.func, args, kwargs)
+    values = []
+    scalar_dtypes = info.scalar_dtypes
+    j = 0
+    for o in operands:
+        if type(o) is LazyTensor:
+            if o._lz_view is None:
+                values.append(o._lz_storage.value)
+            else:
+                values.append(ir_value(o))
+        else:
+            name = scalar_dtypes[j]
+            j += 1
+            np_type = _NP_SCALAR.get(name)
+            if np_type is None:
+                np_type = _NP_SCALAR[name] = numpy_dtype(name).type
+            try:
+                scalar = np_type(o)
+            except OverflowError:  # wrap like torch does (uint8 + 300)
+                scalar = np.asarray(o).astype(numpy_dtype(name))[()]
+            values.append(ir.scalar_parameter(name, scalar))
+    if plan.random:
+        values.append(_seed_parameter())
+    node = ir.Node(info.node_op, tuple(values), info.attrs, info.specs, info.base_hash)
+    if info.checked and CHECKS.enabled:
+        node.data = trace_site()  # named if a device-side check of this op fails
+    if node.depth > EXECUTOR.pending_depth_warning:
+        _warn_unbounded_graph(node.depth)
+    outputs = node.outputs
+    kind = plan.kind
+    if kind == INPLACE:
+        target = args[0]
+        targets = target if isinstance(target, (list, tuple)) else (target,)
+        if info.checked and EXECUTOR.eager:  # what a failed check puts back
+            before = [(t._lz_storage, t._lz_storage.value) for t in targets]
+        for t, v in zip(targets, outputs):
+            write(t, v)
+        if EXECUTOR.eager:
+            # This frame's references to the new IR would read as holders of the old
+            # buffer, and keep the sync from donating it.
+            del values, node, outputs, v
+            storages = [t._lz_storage for t in targets]
+            if not info.checked:
+                EXECUTOR.sync_storages(storages)
+            else:
+                with restored_if_check_fails(before):
+                    EXECUTOR.sync_storages(storages)
+        return target if plan.returns_self else None
+    layouts = info.layouts
+    if not layouts:  # every output masked off (convolution_backward's output_mask)
+        return _rebuild(info.result, [])
+    if kind == VIEW:
+        # Views are not run even in eager mode: a view of device data computes nothing
+        # new, and its IR folds into the graph of the next op that reads it (torch's
+        # eager views are free too). Reading it (print, .cpu()) still syncs it.
+        storage = args[plan.alias_source]._lz_storage
+        made = [new_alias(v, lay, storage) for v, lay in zip(outputs, layouts)]
+        return made[0] if info.result == 0 else _rebuild(info.result, made)
+    first = operands[0] if operands else None
+    index = first._lz_storage.device_index if type(first) is LazyTensor else 0
+    if EXECUTOR.eager:
+        # Run first, then hand out tensors that hold the results: no pending IR to
+        # register and settle, nothing to donate (no tensor holds the outputs yet), and
+        # a failure leaves nothing behind.
+        made = [new_tensor(v, lay, index) for v, lay in zip(EXECUTOR.run_new(outputs), layouts)]
+    elif len(outputs) == 1:
+        made = [new_tensor(node, layouts[0], index)]
+    else:
+        made = [new_tensor(v, lay, index) for v, lay in zip(outputs, layouts)]
+    result = info.result
+    if result == 0:
+        return made[0]
+    return _rebuild(result, made)
+
+
+def _warn_unbounded_graph(depth: int) -> None:
+    """Once per process: a pending graph this deep means nothing syncs it."""
+    warnings.warn(
+        f"lazax: the pending graph is now {depth} ops deep and still growing, so nothing "
+        f"is syncing it: a loop without lazax.modes.sync() (or one that only reads a "
+        f"value such as loss.item(), which runs just that value's graph)? Call sync() "
+        f"once per step, or the compile time of the eventual graph explodes. "
+        f"(LAZAX_PENDING_GRAPH_WARN_DEPTH, now {EXECUTOR.pending_depth_warning}, sets "
+        f"when this warning comes.)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    EXECUTOR.pending_depth_warning = 1 << 62  # said once
+
+
+def _seed_parameter() -> ir.Node:
+    """The seed operand of a random op: a runtime parameter, never part of the hash."""
+    seed = ir.scalar_parameter("int64", np.int64(RNG.next_key()))
+    if RNG.recorder is not None:
+        RNG.recorder.append(seed)
+    return seed
+
+
+def _rebuild(template, made: list):
+    if type(template) is int:
+        return made[template]
+    kind, inner = template
+    if kind == "const":
+        return inner
+    return kind(_rebuild(t, made) for t in inner)
+
+
+def apply_eager_sync(tensors) -> None:
+    """Eager mode: run just these new values now, without blocking."""
+    EXECUTOR.sync_tensors_graph(tensors, wait=False, sync_ltc_data=False)

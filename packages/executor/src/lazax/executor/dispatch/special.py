@@ -1,0 +1,170 @@
+"""Ops the tensor layer handles itself: copies, transfers and reads.
+
+Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result``;
+``register_special`` adds more (the hooks: ``set_`` on storages).
+- ``copy_``: into a lazax tensor from a lazax or CPU tensor (broadcast, dtype cast), in
+  place and through views; into a CPU tensor from a lazax one (a read).
+- ``_to_copy``: to CPU reads the value (syncs); on lazax it is a dtype conversion.
+- ``_local_scalar_dense`` (``.item()``): syncs and reads one element.
+- ``native_batch_norm``: the functional form, with the running statistics written back.
+- AMP's and the fused optimizers' ops (``amp_ops``, ``fused_optim``).
+``write_outs`` puts results into ``out=`` tensors, resized as torch resizes them.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from lazax import ir
+
+from ..barrier.executor import EXECUTOR
+from ..ops.pseudo import copy_to
+from ..state.dtypes import dtype_name
+from ..state.values import ir_value, write
+from ..tensor.lazy import LazyTensor, resize_to
+from ..tensor.transfer import from_cpu, to_cpu
+from .amp_ops import AMP_HANDLERS, composed
+from .fused_optim import FUSED_OPTIMIZER_HANDLERS
+from .plans import FUNCTIONAL, OpPlan
+from .run import run_plan
+
+__all__ = ["SPECIAL", "copy_into", "copy_from", "register_special", "resize_out", "write_outs"]
+
+
+def write_outs(outs: list, results) -> torch.Tensor | tuple:
+    """Each result into its ``out=`` tensor (resized as torch resizes it); the outs."""
+    for out, value in zip(outs, results):
+        if tuple(out.shape) != tuple(value.shape):
+            resize_out(out, value)
+        else:
+            copy_into(out, value)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+aten = torch.ops.aten
+
+
+def copy_into(dst: LazyTensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)`` for a lazax ``dst``: broadcast, cast, write (through views)."""
+    _copy_((dst, src), {})
+
+
+def _copy_(args, kwargs):
+    dst, src = args[0], args[1]
+    if type(dst) is not LazyTensor:
+        dst.copy_(to_cpu(src))
+        return dst
+    if type(src) is LazyTensor:
+        value = ir_value(src)
+    else:  # a CPU tensor, or a Python number (``x.copy_(2)``, as torch accepts)
+        src = src if isinstance(src, torch.Tensor) else torch.tensor(src)
+        value = from_cpu(src, dst._lz_storage.device_index)
+    shape = tuple(dst.shape)
+    dtype = dtype_name(dst.dtype)
+    if value.spec.shape != shape:
+        broadcast = torch.broadcast_shapes(value.spec.shape, shape)  # torch's error
+        if broadcast != shape:
+            raise RuntimeError(
+                f"output with shape {list(shape)} doesn't match the broadcast shape "
+                f"{list(broadcast)}"
+            )
+    if value.spec != ir.TensorSpec(shape, dtype):
+        value = copy_to(value, shape, dtype)
+    write(dst, value)
+    if EXECUTOR.eager:
+        del value  # a holder of the new IR, to the donation decision
+        EXECUTOR.sync_storages([dst._lz_storage])
+    return dst
+
+
+def resize_out(out: LazyTensor, value: LazyTensor) -> None:
+    """An ``out=`` tensor of another shape than the result: torch resizes it (and warns
+    when it had elements); then it holds the result, cast to its dtype."""
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape "
+            f"{list(value.shape)}. This behavior is deprecated, and in a future PyTorch "
+            f"release outputs will not be resized unless they have zero elements. You can "
+            f"explicitly reuse an out tensor t by resizing it, inplace, to zero elements "
+            f"with t.resize_(0).",
+            UserWarning,
+            stacklevel=4,
+        )
+    shape = tuple(value.shape)
+    src = ir_value(value)
+    dtype = dtype_name(out.dtype)
+    if src.spec.dtype != dtype:
+        src = copy_to(src, shape, dtype)
+    resize_to(out, shape, src)
+    if EXECUTOR.eager:
+        EXECUTOR.sync_storages([out._lz_storage])
+
+
+_TO_COPY_PLAN = OpPlan(aten._to_copy.default, "aten::_to_copy", FUNCTIONAL)
+
+
+def _to_copy(args, kwargs):
+    src = args[0]
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == "cpu":
+        out = to_cpu(src)
+        dtype = kwargs.get("dtype")
+        if dtype is not None and dtype != out.dtype:
+            out = out.to(dtype)
+        return out
+    kwargs = {k: v for k, v in kwargs.items() if k in ("dtype",) and v is not None}
+    return run_plan(_TO_COPY_PLAN, args, kwargs)
+
+
+def _local_scalar_dense(args, kwargs):
+    return to_cpu(args[0]).item()
+
+
+def _batch_norm_written(*args):
+    # native_batch_norm updates running_mean/running_var in place although its schema
+    # does not say so; run the functional form and write the new statistics back.
+    # In eager mode the whole op (output, statistics, running stats) is one sync.
+    outs, written = _batch_norm_lazily(*args)
+    return [*outs, *written], outs
+
+
+_native_batch_norm = composed(_batch_norm_written)
+
+
+def _batch_norm_lazily(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if not training:
+        outs = aten._native_batch_norm_legit_no_training(
+            x, weight, bias, running_mean, running_var, momentum, eps
+        )
+        return outs, []
+    if running_mean is None or running_var is None:
+        return aten._native_batch_norm_legit.no_stats(x, weight, bias, True, momentum, eps), []
+    out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional(
+        x, weight, bias, running_mean, running_var, True, momentum, eps
+    )
+    copy_into(running_mean, new_mean)
+    copy_into(running_var, new_var)
+    return (out, mean, rstd), [running_mean, running_var]
+
+
+SPECIAL = {
+    aten.native_batch_norm.default: _native_batch_norm,
+    aten.copy_.default: _copy_,
+    aten._to_copy.default: _to_copy,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+    **AMP_HANDLERS,
+    **FUSED_OPTIMIZER_HANDLERS,
+}
+
+
+def register_special(handlers: dict) -> None:
+    """Let a hook handle these aten overloads itself (before the first op runs)."""
+    SPECIAL.update(handlers)
+
+
+def copy_from(src, dst, non_blocking=False):
+    """torch's ``_copy_from`` (PrivateUse1): ``dst.copy_(src)``."""
+    return _copy_((dst, src), {})

@@ -1,0 +1,217 @@
+"""SPMD sharding: annotations on lazax tensors that XLA's partitioner carries out.
+
+Contract:
+- ``Mesh(device_ids, mesh_shape, axis_names)``: a logical grid of this runtime's devices
+  (jax's ``Mesh``); its ``key`` is a stable string, so a constraint hashes the same in
+  every process.
+- ``mark_sharding(t, mesh, partition_spec)``: one entry per dimension of ``t``: ``None``
+  (not split), a mesh axis name or index, or a tuple of them. Checked at the call
+  (``ValueError`` naming the axis or dimension). Device data is re-laid out at once
+  (each device then holds only its piece); pending IR gets a sharding-constraint node
+  (``lazax::shard``, ``ops.sharding``), which is part of the graph hash.
+- ``clear_sharding(t)``: ``t`` back on its single device (it syncs ``t`` first).
+- ``get_sharding(t)``: a ``Sharding(mesh, partition_spec)`` or None (single device, or
+  pending IR whose layout XLA has not chosen yet); ``shard_shapes(t)``: device id ->
+  the shape of the piece that device holds.
+The barrier's side (input placement, the cache-key part) is ``barrier.placement``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from lazax import ir
+
+from ..barrier.executor import EXECUTOR
+from ..ops.sharding import ACTIVE, CONSTRAINTS, SHARD_OP
+from ..tensor.lazy import LazyTensor
+
+__all__ = [
+    "Mesh",
+    "Sharding",
+    "as_sharding",
+    "clear_sharding",
+    "get_sharding",
+    "mark_sharding",
+    "normalize",
+    "owning",
+    "register_mesh",
+    "shard_shapes",
+]
+
+_MESHES: dict[object, Mesh] = {}  # jax mesh -> the lazax Mesh made for it
+
+
+class Mesh:
+    """A logical grid of devices, as torch_xla's ``Mesh``: ``Mesh(range(8), (2, 4),
+    ("data", "model"))``."""
+
+    def __init__(self, device_ids, mesh_shape, axis_names=None) -> None:
+        device_ids = [int(i) for i in device_ids]
+        mesh_shape = tuple(int(d) for d in mesh_shape)
+        if axis_names is None:
+            axis_names = tuple(f"axis{i}" for i in range(len(mesh_shape)))
+        axis_names = tuple(axis_names)
+        count = len(EXECUTOR.runtime.global_devices)  # every process's
+        if math.prod(mesh_shape) != len(device_ids):
+            raise ValueError(
+                f"a mesh of shape {mesh_shape} needs {math.prod(mesh_shape)} devices, but "
+                f"{len(device_ids)} device ids were given"
+            )
+        if len(axis_names) != len(mesh_shape) or len(set(axis_names)) != len(axis_names):
+            raise ValueError(
+                f"axis_names must name each of the {len(mesh_shape)} mesh dimensions once, "
+                f"but got {axis_names}"
+            )
+        bad = [i for i in device_ids if not 0 <= i < count]
+        if bad or len(set(device_ids)) != len(device_ids):
+            raise ValueError(
+                f"device ids must be distinct and in [0, {count}) (the job has {count} "
+                f"devices, every process's; on the CPU, "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count=N before jax starts "
+                f"gives N per process), but got {device_ids}"
+            )
+        self.device_ids = tuple(device_ids)
+        self.mesh_shape = mesh_shape
+        self.axis_names = axis_names
+        self.jax_mesh = EXECUTOR.runtime.mesh(device_ids, mesh_shape, axis_names)
+        self.key = f"mesh{mesh_shape}{axis_names}{self.device_ids}"
+        _MESHES.setdefault(self.jax_mesh, self)
+
+    def __eq__(self, other) -> bool:
+        # The same devices in the same grid with the same axis names is the same mesh,
+        # whichever object describes it (get_sharding returns the first one made).
+        return isinstance(other, Mesh) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def size(self, axis: str) -> int:
+        return self.mesh_shape[self.axis_names.index(axis)]
+
+    def __repr__(self) -> str:
+        return (
+            f"Mesh(device_ids={list(self.device_ids)}, mesh_shape={self.mesh_shape}, "
+            f"axis_names={self.axis_names})"
+        )
+
+
+@dataclass(frozen=True)
+class Sharding:
+    mesh: Mesh
+    partition_spec: tuple
+
+
+def normalize(mesh: Mesh, spec, shape, divides: bool = True) -> tuple:
+    """``spec`` with every axis as a name, checked against ``mesh`` and ``shape`` (with
+    ``divides``: each split dimension divides over its axes' devices)."""
+    spec = tuple(spec)
+    if len(spec) != len(shape):
+        raise ValueError(
+            f"partition_spec {spec} has {len(spec)} entries, but the tensor has "
+            f"{len(shape)} dimensions (shape {tuple(shape)}): give one entry per dimension"
+        )
+    used: set[str] = set()
+    names = []
+    for dim, entry in enumerate(spec):
+        if entry is None:
+            names.append(None)
+            continue
+        axes = entry if isinstance(entry, tuple) else (entry,)
+        resolved = []
+        for axis in axes:
+            if isinstance(axis, int) and 0 <= axis < len(mesh.axis_names):
+                axis = mesh.axis_names[axis]
+            if axis not in mesh.axis_names:
+                raise ValueError(
+                    f"partition_spec {spec} names mesh axis {axis!r}, but the mesh's axes "
+                    f"are {mesh.axis_names}"
+                )
+            if axis in used:
+                raise ValueError(f"partition_spec {spec} uses mesh axis {axis!r} twice")
+            used.add(axis)
+            resolved.append(axis)
+        ways = math.prod(mesh.size(a) for a in resolved)
+        if divides and shape[dim] % ways:
+            raise ValueError(
+                f"dimension {dim} of size {shape[dim]} does not divide across mesh axes "
+                f"{tuple(resolved)} ({ways} devices); pad it to a multiple of {ways} or "
+                f"split another dimension"
+            )
+        names.append(resolved[0] if len(resolved) == 1 else tuple(resolved))
+    return tuple(names)
+
+
+def owning(t, what: str) -> LazyTensor:
+    if type(t) is not LazyTensor:
+        raise TypeError(f"{what} takes a lazax tensor, but got a {t.device} tensor")
+    if t._lz_view is not None:
+        raise ValueError(
+            f"{what} takes a tensor that is its storage's whole value, not a view "
+            f"(shape {tuple(t.shape)}, stride {t.stride()}); shard the base, or a .clone()"
+        )
+    return t
+
+
+def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
+    t = owning(t, "mark_sharding")
+    spec = normalize(mesh, partition_spec, tuple(t.shape))
+    runtime = EXECUTOR.runtime
+    named = runtime.named_sharding(mesh.jax_mesh, spec)
+    register_mesh(named.mesh, mesh)
+    storage = t._lz_storage
+    if storage.pending:
+        key = f"{mesh.key}{spec}"
+        CONSTRAINTS[key] = named
+        node = ir.Node(SHARD_OP, (storage.value,), ((("%", 0), key), ()), (storage.spec,))
+        storage.set(node.outputs[0])
+    else:
+        buffer = runtime.place(storage.value.node.data, named)
+        storage.set(ir.device_data(storage.spec, buffer))
+    return t
+
+
+def clear_sharding(t: torch.Tensor) -> torch.Tensor:
+    t = owning(t, "clear_sharding")
+    storage = t._lz_storage
+    EXECUTOR.sync_storages([storage])
+    runtime = EXECUTOR.runtime
+    single = runtime.single_device(runtime.devices[storage.device_index])
+    buffer = runtime.place(storage.value.node.data, single)
+    storage.set(ir.device_data(storage.spec, buffer))
+    return t
+
+
+def as_sharding(named, ndim: int) -> Sharding | None:
+    if named is None or not hasattr(named, "spec") or len(named.device_set) == 1:
+        return None
+    mesh = _MESHES.get(named.mesh)
+    if mesh is None:
+        return None
+    spec = tuple(named.spec)
+    return Sharding(mesh, spec + (None,) * (ndim - len(spec)))
+
+
+def get_sharding(t: torch.Tensor) -> Sharding | None:
+    node = t._lz_storage.value.node
+    if node.op == SHARD_OP:
+        return as_sharding(CONSTRAINTS[node.attrs[0][1]], t.dim())
+    if node.op == ir.DEVICE_DATA:
+        return as_sharding(getattr(node.data, "sharding", None), t.dim())
+    return None
+
+
+def shard_shapes(t: torch.Tensor) -> dict[int, tuple[int, ...]]:
+    storage = t._lz_storage
+    EXECUTOR.sync_storages([storage])
+    return EXECUTOR.runtime.shard_shapes(storage.value.node.data)
+
+
+def register_mesh(jax_mesh, mesh: Mesh) -> None:
+    """A sharding over ``jax_mesh`` now exists: ``get_sharding`` names it by ``mesh``,
+    and every sync looks at placements from now on."""
+    _MESHES.setdefault(jax_mesh, mesh)
+    ACTIVE["active"] = True

@@ -1,0 +1,42 @@
+"""The device RNG state: a (seed, counter) pair. Every random op takes the next counter
+value, so results are new on each call and repeatable after ``torch.manual_seed``; while
+a graph is captured for replay, the seeds it takes are recorded (``recorder``)."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["RNG"]
+
+
+class _RngState:
+    __slots__ = ("seed", "counter", "recorder")
+
+    def __init__(self) -> None:
+        self.seed = 0
+        self.counter = 0
+        # While a graph is captured for replay (the dynamo bridge), the seed parameters
+        # it takes are listed here, so each replay can feed fresh ones.
+        self.recorder: list | None = None
+
+    def manual_seed(self, seed: int) -> None:
+        self.seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
+        self.counter = 0
+
+    def next_key(self) -> int:
+        """A 63-bit value that differs per call and depends on the seed."""
+        self.counter += 1
+        mixed = (self.seed * 0x9E3779B97F4A7C15 + self.counter * 0xBF58476D1CE4E5B9) & (
+            (1 << 63) - 1
+        )
+        return mixed
+
+    def get_state(self) -> torch.Tensor:
+        return torch.tensor([self.seed, self.counter], dtype=torch.int64)
+
+    def set_state(self, state: torch.Tensor) -> None:
+        seed, counter = (int(v) for v in state.tolist())
+        self.seed, self.counter = seed, counter
+
+
+RNG = _RngState()
