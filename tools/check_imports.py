@@ -17,6 +17,13 @@ import torch itself.  Other third-party imports are listed as notes but do not f
 It also fails if a package ships src/lazax/__init__.py (lazax is a PEP 420 namespace).
 A package with no source yet passes.
 
+Inside a package, imports point one way too.  The check fails on an import of the package's
+own modules that is not at a module's top level (an import inside a function dodges a
+circle instead of removing it), on any circle among the package's modules, and, for a
+package whose pyproject.toml lists its stages (``[tool.lazax] stages = ["ops", "state",
+...]``: top-level modules or subpackages, lowest first), on an import of a later stage
+from an earlier one.  A module not listed (``__init__``, ``testing``) may import any.
+
 The module doubles as the workspace model used by noxfile.py (load_workspace, local_closure,
 requires_anywhere); it only uses the standard library.
 """
@@ -69,6 +76,7 @@ class Package:
     name: str  # normalized distribution name, e.g. lazax-pjrt
     import_name: str  # lazax.<import_name>, e.g. pjrt
     dependencies: frozenset[str]  # normalized distribution names (no extras, no versions)
+    stages: tuple[str, ...] = ()  # [tool.lazax] stages: the package's import order
 
     @property
     def src(self) -> Path:
@@ -94,6 +102,7 @@ def load_workspace(root: Path = ROOT) -> dict[str, Package]:
             name=normalize(project["name"]),
             import_name=match.group("name"),
             dependencies=frozenset(requirement_name(r) for r in project.get("dependencies", [])),
+            stages=tuple(data["tool"].get("lazax", {}).get("stages", ())),
         )
     return workspace
 
@@ -137,6 +146,119 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
             found.append((node.lineno, node.module))
             if node.module == "lazax":  # from lazax import ir
                 found.extend((node.lineno, f"lazax.{alias.name}") for alias in node.names)
+    return found
+
+
+def _module_name(package: Package, path: Path) -> str:
+    """lazax.executor.barrier.keys for .../src/lazax/executor/barrier/keys.py."""
+    parts = list(path.relative_to(package.src).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _own_imports(package: Package, module: str, is_init: bool, tree: ast.Module, known: set):
+    """(line, imported own module, at top level?) for each import of the package's own
+    modules; `from . import x` names module x where x is one."""
+    own = f"lazax.{package.import_name}"
+    here = module if is_init else module.rpartition(".")[0]
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [f"{target}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            target, names = "", [a.name for a in node.names]
+        else:
+            continue
+        for name in [target, *names]:
+            if name and (name == own or name.startswith(own + ".")) and name in known:
+                found.append((node.lineno, name, id(node) in top_level))
+    return found
+
+
+def _stage(package: Package, module: str) -> int | None:
+    rest = module.split(".")[2:]  # after lazax.<import_name>
+    if not rest or rest[0] not in package.stages:
+        return None
+    return package.stages.index(rest[0])
+
+
+def check_internal_imports(package: Package) -> list[str]:
+    """Errors for imports inside functions, circles and stage order within a package."""
+    if not package.src.is_dir():
+        return []
+    paths = {}
+    for path in sorted(package.src.rglob("*.py")):
+        paths[_module_name(package, path)] = path
+    known = set(paths)
+    errors: list[str] = []
+    edges: dict[str, set[str]] = {m: set() for m in paths}
+    for module, path in paths.items():
+        rel = path.relative_to(ROOT)
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(rel))
+        except SyntaxError:
+            continue  # reported by check_package
+        imports = _own_imports(package, module, path.name == "__init__.py", tree, known)
+        for lineno, target, top in imports:
+            if target == module or module.startswith(target + "."):
+                continue  # a module's own package: its __init__ runs first anyway
+            edges[module].add(target)
+            if not top:
+                errors.append(
+                    f"{rel}:{lineno}: imports {target} inside a function or block; import it "
+                    f"at the top (if that makes a circle, move the code that needs it)"
+                )
+            low, high = _stage(package, module), _stage(package, target)
+            if low is not None and high is not None and high > low:
+                errors.append(
+                    f"{rel}:{lineno}: {package.stages[low]} imports {target}, a later stage "
+                    f"({' -> '.join(package.stages)}); move the code down a stage"
+                )
+    for circle in _circles(edges):
+        errors.append(f"import circle among {', '.join(circle)}")
+    return errors
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The modules of each strongly connected component of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
     return found
 
 
@@ -186,6 +308,7 @@ def check_package(package: Package, workspace: dict[str, Package]) -> tuple[list
                     )
             elif top not in stdlib and top != "__future__":
                 notes.append(f"{rel}:{lineno}: imports third-party {top} (not checked)")
+    errors.extend(check_internal_imports(package))
     return errors, notes
 
 

@@ -59,6 +59,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jaxlib
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
@@ -72,6 +73,7 @@ from ._processes import (
     spans_processes,
     wait_watched,
 )
+from ._version import __version__
 
 __all__ = [
     "DeviceOutOfMemory",
@@ -257,10 +259,6 @@ class PjrtRuntime(JobMethods):
 
     def versions(self) -> dict[str, str]:
         """The versions of what turns a jax function into an executable."""
-        import jaxlib
-
-        from ._version import __version__
-
         return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "lazax-pjrt": __version__}
 
     def device_kind(self) -> str:
