@@ -18,7 +18,7 @@ torch.manual_seed({seed})
 x = torch.randn(8, 16).to("lazax")
 w = torch.randn(16, 4).to("lazax")
 y = torch.softmax(torch.relu(x @ w) * 0.5 + 1.5, dim=-1).sum(0)
-print(ir.collect([lx.ir_value(y)], salt=lx.EXECUTOR.device_salt).hash)
+print(ir.collect([lx.ir_value(y)], salt=lx.EXECUTOR.compiler.device_salt).hash)
 """
 
 

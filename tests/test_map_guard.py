@@ -31,7 +31,7 @@ def test_near_the_limit_the_oldest_executables_are_evicted_with_one_warning(monk
     executor = lx_exec.EXECUTOR
     runtime = executor.runtime
     executor.reset_cache(capacity=256)
-    monkeypatch.setattr(executor, "map_guard", _map_guard.MapGuard())
+    monkeypatch.setattr(executor.compiler, "map_guard", _map_guard.MapGuard())
     reading = {"count": 1000}
     monkeypatch.setattr(runtime, "memory_maps", lambda: (reading["count"], 10_000))
     before = lx_exec.metrics.counter_value("MemoryMapEvictions") or 0
@@ -62,7 +62,7 @@ def test_near_the_limit_the_oldest_executables_are_evicted_with_one_warning(monk
 def test_the_guard_turns_itself_off_where_the_os_does_not_say(monkeypatch):
     executor = lx_exec.EXECUTOR
     guard = _map_guard.MapGuard()
-    monkeypatch.setattr(executor, "map_guard", guard)
+    monkeypatch.setattr(executor.compiler, "map_guard", guard)
     monkeypatch.setattr(executor.runtime, "memory_maps", lambda: None)
     x = torch.ones(3, device=DEV)
     for n in range(1, 20):

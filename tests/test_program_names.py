@@ -14,14 +14,14 @@ DEV = lx.device()
 def compiled(monkeypatch):
     """The executables compiled while the test runs, in order."""
     made = []
-    original = EXECUTOR.compile_executable
+    original = EXECUTOR.compiler.compile_executable
 
     def record(*args, **kwargs):
         entry = original(*args, **kwargs)
         made.append(entry)
         return entry
 
-    monkeypatch.setattr(EXECUTOR, "compile_executable", record)
+    monkeypatch.setattr(EXECUTOR.compiler, "compile_executable", record)
     EXECUTOR.reset_cache()
     yield made
     EXECUTOR.reset_cache()

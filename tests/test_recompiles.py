@@ -62,7 +62,7 @@ def test_each_part_of_the_environment_changes_the_key():
 
 
 def test_device_count_is_in_the_device_part():
-    salt = lx_exec.EXECUTOR.device_salt
+    salt = lx_exec.EXECUTOR.compiler.device_salt
     assert salt.endswith(f":{len(lx_exec.EXECUTOR.runtime.devices)}")
 
 

@@ -3,8 +3,8 @@
 The backend is ``aot_autograd(fw_compiler=bridge)``: dynamo captures the Python program,
 AOTAutograd splits it into a forward and a backward FX graph (inference: one graph), and
 each graph reaches ``bridge``, which traces it once through lazax tensors and afterwards
-executes it by hash (see ``_bridge`` and ``_capture``). The name ``"lazax"`` is
-registered on import and through the ``torch_dynamo_backends`` entry point, so
+executes it by hash (see ``_bridge``; the capture is ``lazax.executor.Replay``). The name
+``"lazax"`` is registered on import and through the ``torch_dynamo_backends`` entry point, so
 ``torch.compile(m, backend="lazax")`` works without importing anything.
 
 Counters: ``DynamoExtractCompiledGraph`` (FX graphs traced), ``DynamoSpecializeGraph``

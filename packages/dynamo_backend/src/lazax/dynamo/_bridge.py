@@ -9,8 +9,8 @@ On each call it
    shape seen before never traces or compiles again (the latest ``MAX_SIGNATURES``
    signatures are kept: a symbolic int that changes on every call, a step counter,
    re-traces every call, without growing memory);
-3. on a miss, captures the graph (``_capture``): ``DynamoExtractCompiledGraph`` the first
-   time, ``DynamoSpecializeGraph`` for each further signature;
+3. on a miss, captures the graph (``lazax.executor.Replay``): ``DynamoExtractCompiledGraph``
+   the first time, ``DynamoSpecializeGraph`` for each further signature;
 4. runs the replay: execute by hash, outputs wrapped, in-place writes copied back.
 A signature whose capture breaks (an op that has no lowering, a read to the host, a
 data-dependent shape, a view that reinterprets its storage's dtype, a CPU tensor input
@@ -28,14 +28,17 @@ from time import perf_counter
 
 import torch
 
-from lazax import ir
-from lazax.executor import EXECUTOR, LazyTensor, metrics
-
-from ._capture import CaptureBroken, Replay, signature
+from lazax.executor import (
+    EXECUTOR,
+    CaptureBroken,
+    Replay,
+    metrics,
+    replay_signature,
+    sync_inputs,
+)
 
 __all__ = ["GraphBridge", "bridge"]
 
-_DEVICE_DATA = ir.DEVICE_DATA
 # Signatures kept per FX graph (most recently used first out when full).
 MAX_SIGNATURES = 64
 
@@ -73,7 +76,7 @@ class GraphBridge:
     def _call(self, args):
         EXECUTOR.poll_checks()  # a sync point: earlier programs' failed checks raise here
         self._sync_pending_inputs(args)
-        key = signature(args, self.tensor_positions, self.sym_positions)
+        key = replay_signature(args, self.tensor_positions, self.sym_positions)
         replay = self.replays.get(key)
         if replay is None:
             replay = self._capture(key, args)
@@ -105,36 +108,17 @@ class GraphBridge:
         return replay
 
     def _sync_pending_inputs(self, args) -> None:
-        pending = None
-        for i in self.tensor_positions:
-            a = args[i]
-            if type(a) is LazyTensor and a._lz_storage.value.node.op != _DEVICE_DATA:
-                if pending is None:
-                    pending = []
-                pending.append(a._lz_storage)
-        if pending is not None:
-            start = perf_counter()
-            eager = EXECUTOR.eager
-            EXECUTOR.eager = False
-            try:
-                EXECUTOR.sync_storages(pending)
-            finally:
-                EXECUTOR.eager = eager
+        start = perf_counter()
+        if sync_inputs([args[i] for i in self.tensor_positions]):
             metrics.record("DynamoSyncInputExecuteTime", perf_counter() - start)
 
     def _interpret(self, args):
         metrics.bump("DynamoInterpretedGraph")
-        eager = EXECUTOR.eager
-        EXECUTOR.eager = False
-        try:
+        with EXECUTOR.mode(eager=False):
             with torch.no_grad():
                 outputs = self.gm(*args)
-            storages = [a._lz_storage for a in args if type(a) is LazyTensor]
             flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-            storages += [o._lz_storage for o in flat if type(o) is LazyTensor]
-            EXECUTOR.sync_storages(storages)
-        finally:
-            EXECUTOR.eager = eager
+            sync_inputs([*args, *flat])
         return outputs
 
 

@@ -53,6 +53,8 @@ from .ops import (  # noqa: E402
     lowering,
     registered_ops,
 )
+from .replay.capture import CaptureBroken, Replay, sync_inputs  # noqa: E402
+from .replay.capture import signature as replay_signature  # noqa: E402
 from .state.layout import Layout  # noqa: E402
 from .state.rng import RNG  # noqa: E402
 from .state.storage import Storage  # noqa: E402
@@ -94,8 +96,10 @@ def sync(wait: bool = False) -> None:
 
 __all__ = [
     "CHECKS",
+    "CaptureBroken",
     "EXECUTOR",
     "RNG",
+    "Replay",
     "DuplicateLoweringError",
     "GraphCountSession",
     "GraphsDifferError",
@@ -130,10 +134,12 @@ __all__ = [
     "rebind",
     "save_sharded",
     "registered_ops",
+    "replay_signature",
     "shard_shapes",
     "sharded_placement",
     "sharding_signature",
     "sync",
+    "sync_inputs",
     "sync_tensors_graph",
     "to_cpu",
 ]

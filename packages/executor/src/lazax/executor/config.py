@@ -1,8 +1,63 @@
-"""Every setting of the executor, in one place: constants and ``LAZAX_*`` variables.
+"""Every setting of the executor, in one place: its constants and its ``LAZAX_*``
+environment variables.
 
-TODO
+Contract: ``settings()`` reads the environment now and returns a ``Settings``; each
+part of the executor reads it where it did before this module existed (the executor's
+flags when it is made, a policy when it is made, the recompile printer at each
+recompile), so a test or a launcher that sets a variable before that point is obeyed.
+
+| variable | default | what it does |
+|---|---|---|
+| ``LAZAX_USE_EAGER_MODE`` | 0 | start in eager mode (every op runs at once) |
+| ``LAZAX_PENDING_GRAPH_WARN_DEPTH`` | 20000 | warn (once) when a pending graph gets this deep |
+| ``LAZAX_DONATION`` | 1 | donate inputs that nothing can read after a sync |
+| ``LAZAX_CHECKS`` | 1 | device-side checks of bad indices and targets (a key part) |
+| ``LAZAX_DEBUG_RECOMPILES`` | 0 | print each recompile report to stderr |
+| ``LAZAX_DISTRIBUTED_TIMEOUT`` | 300 | seconds a process waits for the others to agree |
+
+The computation cache reads its own (``LAZAX_COMPILATION_CACHE_SIZE``,
+``LAZAX_PERSISTENT_CACHE_DIR``, ``LAZAX_PERSISTENT_CACHE_READ_ONLY``: ``lazax.cache``),
+and the runtime its device (``PJRT_DEVICE``: ``lazax.pjrt``).
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
+__all__ = ["DEVICE_NAME", "Settings", "settings"]
+
+# torch's PrivateUse1 backend, renamed: tensors say ``device='lazax:0'``.
 DEVICE_NAME = "lazax"
+
+_OFF = ("", "0", "false")
+
+
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() not in _OFF
+
+
+@dataclass(frozen=True)
+class Settings:
+    eager: bool
+    pending_graph_warn_depth: int
+    donation: bool
+    checks: bool
+    debug_recompiles: bool
+    distributed_timeout_s: float
+
+
+def settings() -> Settings:
+    """The executor's settings, as the environment gives them now."""
+    env = os.environ
+    return Settings(
+        eager=_flag("LAZAX_USE_EAGER_MODE", False),
+        pending_graph_warn_depth=int(env.get("LAZAX_PENDING_GRAPH_WARN_DEPTH", "20000")),
+        donation=_flag("LAZAX_DONATION", True),
+        checks=_flag("LAZAX_CHECKS", True),
+        debug_recompiles=_flag("LAZAX_DEBUG_RECOMPILES", False),
+        distributed_timeout_s=float(env.get("LAZAX_DISTRIBUTED_TIMEOUT", "300")),
+    )

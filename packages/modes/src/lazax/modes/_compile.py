@@ -35,7 +35,7 @@ class CompiledRegion:
         self.full_graph = full_graph
         self.name = name if name is not None else getattr(fn, "__name__", None)
         self.max_different_graphs = max_different_graphs
-        self._saved: list[tuple] = []
+        self._modes: list = []  # the mode of each entry, innermost last (recursion)
         if fn is not None:
             functools.update_wrapper(self, fn)
 
@@ -66,18 +66,23 @@ class CompiledRegion:
 
     def __enter__(self) -> CompiledRegion:
         ex = EXECUTOR
-        saved = (ex.eager, ex.allow_execution, ex.graph_name, ex.graph_count_session)
-        self._saved.append(saved)
+        flush_name = self.name + "_clear_pending" if self.name is not None else ex.graph_name
+        # Every flag listed is restored when the region ends, whichever set it last.
+        mode = ex.mode(
+            eager=False,
+            graph_name=flush_name,
+            allow_execution=ex.allow_execution,
+            graph_count_session=ex.graph_count_session,
+        )
+        mode.__enter__()
+        self._modes.append(mode)
         try:
-            ex.eager = False
-            if self.name is not None:
-                ex.graph_name = self.name + "_clear_pending"
             ex.sync()  # what was queued before the region is not part of its graph
             ex.graph_name = self.name
             ex.allow_execution = not self.full_graph
             ex.graph_count_session = self._session()
         except BaseException:
-            self._restore()
+            self._modes.pop().__exit__(None, None, None)
             raise
         return self
 
@@ -87,11 +92,7 @@ class CompiledRegion:
                 EXECUTOR.allow_execution = True  # the region's own sync
                 EXECUTOR.sync()
         finally:
-            self._restore()
-
-    def _restore(self) -> None:
-        ex = EXECUTOR
-        ex.eager, ex.allow_execution, ex.graph_name, ex.graph_count_session = self._saved.pop()
+            self._modes.pop().__exit__(None, None, None)
 
 
 def compile(

@@ -32,8 +32,5 @@ def eager_mode_context(enable: bool) -> Iterator[bool]:
     """Set eager mode for the ``with`` body; yields the previous setting and restores it
     however the body ends."""
     saved = EXECUTOR.eager
-    EXECUTOR.eager = bool(enable)
-    try:
+    with EXECUTOR.mode(eager=bool(enable)):
         yield saved
-    finally:
-        EXECUTOR.eager = saved

@@ -25,10 +25,11 @@ Contract:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from lazax import ir, pjrt
+
+from ..config import settings
 
 __all__ = ["GraphsDifferError", "agree", "describe", "timeout_s"]
 
@@ -41,7 +42,7 @@ _MET = {"count": 0}
 
 
 def timeout_s() -> float:
-    return float(os.environ.get("LAZAX_DISTRIBUTED_TIMEOUT", "300"))
+    return settings().distributed_timeout_s
 
 
 def describe(graph: ir.Graph) -> list[str]:

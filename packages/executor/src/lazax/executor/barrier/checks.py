@@ -41,13 +41,13 @@ Contract:
 from __future__ import annotations
 
 import builtins
-import os
 import sys
 from collections import deque
 from contextlib import contextmanager
 
 from lazax import ir
 
+from ..config import settings
 from ..state.storage import is_storage
 from .debug import _is_library
 
@@ -116,7 +116,7 @@ class _Unread:
 
 class DeviceChecks:
     def __init__(self) -> None:
-        self.enabled = os.environ.get("LAZAX_CHECKS", "1") not in ("0", "false", "")
+        self.enabled = settings().checks
         self.unread: deque[_Unread] = deque()
 
     def queue(self, flags, checks, sites, graph_name, kept: str, undo=None) -> None:

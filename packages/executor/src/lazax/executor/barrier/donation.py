@@ -12,6 +12,10 @@ donation is off. An input is donated only when
   buffers are never donated;
 - an output of the same shape and dtype can take it over (donating a buffer that no
   output can reuse frees nothing and makes jax warn);
+``DonationPolicy.choose_written(leaves)`` is the same rule for a replayed graph, which
+keeps no IR: of the inputs it writes (their storages' device-data leaves), those whose
+leaf only its storage holds (no other tensor's IR) and whose buffer only that leaf holds
+(no second storage over it). The replay compiles one executable per pattern.
 ``LAZAX_DONATION=0`` turns donation off (``EXECUTOR.donation``), for debugging.
 The caller holds ``EXECUTOR.sync_lock`` from the decision until the results have
 replaced the targets' IR, and every op holds it while it reads IR (``_dispatch``): no
@@ -20,10 +24,9 @@ thread can take a new reference to the graph in between.
 
 from __future__ import annotations
 
-import os
-
 from lazax import ir
 
+from ..config import settings
 from ..state.storage import StaleView, is_storage
 
 __all__ = ["DonationPolicy"]
@@ -31,7 +34,7 @@ __all__ = ["DonationPolicy"]
 
 class DonationPolicy:
     def __init__(self) -> None:
-        self.enabled = os.environ.get("LAZAX_DONATION", "1") not in ("0", "false", "")
+        self.enabled = settings().donation
 
     def choose(self, graph: ir.Graph, roots: list, targets, bump: bool = True) -> tuple[int, ...]:
         if not self.enabled:
@@ -56,6 +59,17 @@ class DonationPolicy:
                 wanted[spec] = left - 1
                 donate.append(i)
         return tuple(donate)
+
+    def choose_written(self, leaves: list) -> tuple[bool, ...]:
+        """For each device-data leaf of an input a replay writes: may it be donated?"""
+        if not self.enabled:
+            return (False,) * len(leaves)
+        buffers = [leaf.data for leaf in leaves]
+        # Counted from the caller's list (one reference each) and the storage's slot.
+        leaf_counts, buffer_counts = ir.holder_counts(leaves), ir.holder_counts(buffers)
+        if leaf_counts is None or buffer_counts is None:
+            return (False,) * len(leaves)
+        return tuple(leaf == buffer == 1 for leaf, buffer in zip(leaf_counts, buffer_counts))
 
 
 def _output_specs(graph: ir.Graph) -> dict:

@@ -7,13 +7,13 @@ Contract of ``GraphExecutor.sync_tensors_graph(tensors, wait, sync_ltc_data)``:
    the device kind).
 3. If execution is not allowed (inside ``compile(full_graph=True)``), report and raise
    before anything runs.
-4. Look the hash up in the LRU computation cache; on a miss lower the graph to one jax
-   function and compile it (``UncachedCompile``), else count ``CachedCompile``.
-5. Execute asynchronously: results are futures.
+4. Key it and look it up (``compile``: the compile stage); on a miss lower the graph to
+   one jax function and compile it (``UncachedCompile``), else count ``CachedCompile``.
+5. Execute asynchronously (``execute``: the execute stage): results are futures.
 6. Only now are tensors touched: each synced storage (or view) holds device data and its
    IR is dropped. A failed lowering, compile or execution raises before step 6, so every
    tensor keeps the value it had and can still be read.
-Donation (``_donation``): before the cache lookup, the inputs that nothing can read
+Donation (``donation``): before the cache lookup, the inputs that nothing can read
 after this sync and that an output can take over are chosen; the executable is compiled
 with them donated (the choice is part of the cache key) and writes its outputs over
 them. The decision, the execution and the hand-back run under ``sync_lock``. An
@@ -22,50 +22,50 @@ execution that fails synchronously has consumed nothing, so the rule above still
 per-op sync) leaves the views of a synced storage holding their IR (it does not bump
 the storage version), which is all an op's fresh outputs need.
 ``sync()`` syncs every live storage with pending IR in one graph.
-Device-side checks (``_checks``): a program's flags are queued after it runs; each
+Device-side checks (``checks``): a program's flags are queued after it runs; each
 sync first reads those that are ready, and every read to the host reads them all, so
 a bad index raises at the first sync or read after its graph ran.
-Threads: results are handed back with ``Storage.settle`` (see ``_tensor``), so a sync
+Threads: results are handed back with ``Storage.settle`` (see ``state.storage``), so a sync
 never overwrites a write that another thread made while the graph ran; the cache is
-locked. Mode flags (eager, graph name, allow-execution) are process-wide.
+locked. Mode flags (eager, graph name, allow-execution, capture guard, graph-count
+session) are process-wide and change through ``GraphExecutor.mode`` (restored on exit).
 """
 
 from __future__ import annotations
 
-import os
 import threading
-import warnings
-from time import perf_counter
+from contextlib import contextmanager
 
-from lazax import cache as lazax_cache
 from lazax import ir, pjrt
 
 from .. import metrics
+from ..config import settings
 from ..state.storage import COMMIT_LOCK, PENDING, is_storage
 from ..state.values import ir_value
-from .agreement import agree, describe
+from .agreement import describe
 from .checks import CHECKS
+from .compile import CompileStage
 from .debug import unexpected_execution, user_location, user_site
 from .donation import DonationPolicy
-from .keys import KeyParts, RecompileLog
+from .execute import execute, queue_checks
 from .lower import lower
-from .map_guard import MapGuard
-from .oom import out_of_memory
 from .placement import place_arguments, placement
 
 __all__ = ["EXECUTOR", "GraphExecutor"]
 
+# The flags ``GraphExecutor.mode`` may change for the length of a block.
+MODE_FLAGS = ("eager", "allow_execution", "graph_name", "capture_guard", "graph_count_session")
+
 
 class GraphExecutor:
-    """Process-wide executor state: the flags the modes set, the cache, the runtime."""
+    """Process-wide executor state: the flags the modes set, the sync entry points, and
+    the compile stage (``compiler``) every graph goes through."""
 
     def __init__(self) -> None:
-        self.eager = os.environ.get("LAZAX_USE_EAGER_MODE", "0") not in ("", "0", "false")
+        config = settings()
+        self.eager = config.eager
         self.allow_execution = True
         self.graph_name: str | None = None
-        self._cache: lazax_cache.ComputationCache | None = None
-        self._salt: str | None = None
-        self._salt_hash: int | None = None
         # Called with (graph_name, graph) before each graph runs (tests, tools).
         self.graph_hooks: list = []
         # The graph-count limit of the compiled region being traced, if any.
@@ -75,113 +75,46 @@ class GraphExecutor:
         # never bakes a value computed during tracing into the replayed graph.
         self.capture_guard = None
         # A node deeper than this warns (once): its graph has gone unsynced too long.
-        self.pending_depth_warning = int(os.environ.get("LAZAX_PENDING_GRAPH_WARN_DEPTH", "20000"))
-        self._keys: KeyParts | None = None
-        self._persistent_checked = False
-        self.recompiles = RecompileLog()
-        self.map_guard = MapGuard()
+        self.pending_depth_warning = config.pending_graph_warn_depth
+        self.compiler = CompileStage()
         # Held from a sync's donation decision until its results are in place.
         self.sync_lock = threading.RLock()
         self.donation = DonationPolicy()
 
+    @contextmanager
+    def mode(self, **flags):
+        """``with EXECUTOR.mode(eager=False, capture_guard=refuse): ...``: set these
+        flags (``MODE_FLAGS``) for the block; each is restored on the way out, however
+        the block ends."""
+        unknown = set(flags) - set(MODE_FLAGS)
+        if unknown:
+            raise TypeError(f"unknown mode flags {sorted(unknown)}; known: {MODE_FLAGS}")
+        saved = {name: getattr(self, name) for name in flags}
+        for name, value in flags.items():
+            setattr(self, name, value)
+        try:
+            yield self
+        finally:
+            for name, value in saved.items():
+                setattr(self, name, value)
+
+    # -- what the compile stage owns, as the modes and tools read it ------------------
     @property
     def runtime(self) -> pjrt.PjrtRuntime:
-        runtime = pjrt.runtime()
-        if not self._persistent_checked:
-            self._persistent_checked = True
-            path, read_only = lazax_cache.persistent_cache_settings()
-            if path is not None:
-                self.set_persistent_cache_dir(path, read_only, runtime)
-        return runtime
-
-    def set_persistent_cache_dir(self, path, read_only: bool = False, runtime=None) -> bool:
-        """Use ``path`` as the persistent tier (see ``lazax.cache``); False (with a
-        warning) if it cannot be used. Before the first compile only."""
-        self._persistent_checked = True
-        where = lazax_cache.prepare_directory(path, read_only)
-        if where is None:
-            return False
-        (runtime or pjrt.runtime()).use_persistent_cache(str(where), read_only)
-        return True
-
-    def compile_executable(self, fn, arg_specs, arg_shardings=None, donate=(), name=None):
-        """``runtime.compile``, with the persistent tier's outcome counted:
-        ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
-        (corrupt, truncated, foreign) as ``PersistentCacheLoadFailure`` and a warning."""
-        entry = self.runtime.compile(
-            fn, arg_specs, arg_shardings=arg_shardings, donate=donate, name=name
-        )
-        if entry.persistent == "hit":
-            metrics.bump("PersistentCacheHit")
-        elif entry.persistent == "miss":
-            metrics.bump("PersistentCacheMiss")
-        for failure in entry.load_failures:
-            metrics.bump("PersistentCacheLoadFailure")
-            warnings.warn(f"lazax: recompiled after {failure}", RuntimeWarning, stacklevel=3)
-        return entry
-
-    def compile_into_cache(
-        self,
-        key,
-        lower_fn,
-        timer: str = "CompileTime",
-        arg_shardings=None,
-        donate=(),
-        lines=None,
-        name=None,
-    ):
-        """On a cache miss: ``lower_fn() -> (fn, arg_specs)``, compile (timed as
-        ``timer``; SPMD over ``arg_shardings`` if given; ``donate``: argument indices
-        whose buffers the outputs may take over) and keep the executable under the
-        memory key ``key``. A program over several processes' devices is compiled only
-        once every process agrees on it (``_agreement``; ``lines``: the graph's
-        description, or a callable giving it). ``name``: the program's name in XLA's
-        dumps and profiles (not part of the key: a graph compiled under one name and
-        run under another keeps its first name)."""
-        if arg_shardings is not None and self.runtime.process_count > 1:
-            if any(pjrt.spans_processes(s) for s in arg_shardings):
-                agree(self.runtime, key, lines, self.graph_name, self.compile_site()[1])
-        with metrics.timed(timer):
-            fn, arg_specs = lower_fn()
-            entry = self.compile_executable(fn, arg_specs, arg_shardings, donate, name)
-        # The device-side checks the trace found (``_lowering``): one more output.
-        entry.annotations = list(getattr(fn, "checks", ())) or None
-        self.cache.put(key, entry)
-        self.map_guard.after_compile(self.cache, self.runtime)
-        return entry
+        return self.compiler.runtime
 
     @property
-    def cache(self) -> lazax_cache.ComputationCache:
-        if self._cache is None:
-            self._cache = lazax_cache.ComputationCache()
-            self._cache.on_evict(self._on_evict)
-            self._evicted = 0
-        return self._cache
-
-    def _on_evict(self, key, entry) -> None:
-        metrics.bump("CacheEvictions")
-        # jax keeps its own traces and executables of every graph lazax lowered (keyed
-        # by shape, and weakly on objects its own caches keep alive): an evicted graph's
-        # executable is not freed until those go too. Every capacity's worth of
-        # evictions (a program that keeps making new shapes), let jax drop them; lazax's
-        # cached executables are its own references and stay valid.
-        self._evicted += 1
-        if self._evicted >= max(64, self._cache.capacity):
-            self._evicted = 0
-            self.runtime.release_caches()
+    def cache(self):
+        return self.compiler.cache
 
     def reset_cache(self, capacity: int | None = None) -> None:
         """Drop every compiled computation (tests, or a new cache size)."""
-        self._cache = None
-        if capacity is not None:
-            self.cache.resize(capacity)
+        self.compiler.reset_cache(capacity)
 
-    @property
-    def keys(self) -> KeyParts:
-        """Builds this executor's cache keys (see ``_keys``)."""
-        if self._keys is None:
-            self._keys = KeyParts(self.runtime, self.device_salt_hash)
-        return self._keys
+    def set_persistent_cache_dir(self, path, read_only: bool = False) -> bool:
+        """Use ``path`` as the persistent tier (see ``lazax.cache``). Before the first
+        compile only."""
+        return self.compiler.set_persistent_cache_dir(path, read_only)
 
     def compile_site(self) -> tuple[str, str]:
         """(site, frame) of a compile: the graph name if set, else the user's code
@@ -197,19 +130,6 @@ class GraphExecutor:
         if eager:
             return roots[0].node.op
         return user_site()
-
-    @property
-    def device_salt(self) -> str:
-        """What the graph hash adds for the device: platform, device kind and count."""
-        if self._salt is None:
-            self._salt = self.runtime.device_kind()
-        return self._salt
-
-    @property
-    def device_salt_hash(self) -> int:
-        if self._salt_hash is None:
-            self._salt_hash = ir.stable_hash(self.device_salt)
-        return self._salt_hash
 
     # -- the barrier ---------------------------------------------------------------
     def sync_tensors_graph(self, tensors, wait: bool = False, sync_ltc_data: bool = True):
@@ -331,37 +251,36 @@ class GraphExecutor:
         results are in place."""
         if self.capture_guard is not None:  # before hooks and counters see a graph
             self.capture_guard("an execution")
-        graph = ir.collect(roots, salt=self.device_salt_hash)
+        compiler = self.compiler
+        graph = ir.collect(roots, salt=compiler.device_salt_hash)
         for hook in self.graph_hooks:
             hook(self.graph_name, graph)
         if self.graph_count_session is not None:
             self.graph_count_session.check(graph)
         eager = self.eager
-        runtime = self.runtime
-        cache = self.cache
-        key = self.keys.memory_key(graph.hash)
+        runtime = compiler.runtime
+        key = compiler.keys.memory_key(graph.hash)
         placed = placement(graph, runtime)  # None unless something was ever sharded
         if placed is not None:
             key = (key, placed[0])
         donate = self.donation.choose(graph, roots, targets, bump) if targets else ()
         if donate:
             key = (key, donate)
-        entry = cache.get(key)
+        entry = compiler.lookup(key)
         if entry is None:
             metrics.bump("UncachedCompile")
             self.check_execution_allowed("a compile", graph)
             if not eager:  # eager compiles per op shape: every new shape is expected
-                self.recompiles.on_compile(*self._site(graph, placed, donate))
-            timer = "EagerOpCompileTime" if eager else "CompileTime"
-            shardings = placed[1] if placed is not None else None
-            entry = self.compile_into_cache(
+                compiler.recompiles.on_compile(*self._site(graph, placed, donate))
+            entry = compiler.compile(
                 key,
                 lambda: lower(graph),
-                timer,
-                shardings,
-                donate,
-                lambda: describe(graph),
-                self.program_name(roots, eager),
+                timer="EagerOpCompileTime" if eager else "CompileTime",
+                arg_shardings=placed[1] if placed is not None else None,
+                donate=donate,
+                lines=lambda: describe(graph),
+                name=self.program_name(roots, eager),
+                site=(self.graph_name, self.compile_site()[1]),
             )
         else:
             metrics.bump("CachedCompile")
@@ -369,37 +288,39 @@ class GraphExecutor:
         args = [p.data for p in graph.parameters]
         if placed is not None:
             place_arguments(runtime, args, placed[1], graph.parameters)
-        start = perf_counter()  # not metrics.timed: a context manager costs per op here
-        try:
-            outputs = runtime.execute(entry, args)
-        except pjrt.DeviceOutOfMemory as err:
-            what = f"graph {self.graph_name}" if self.graph_name else "a graph"
-            where = self.compile_site()[1]
-            raise out_of_memory(err, f"{what} (synced at {where})", graph, runtime) from err
-        metrics.record("EagerOpExecuteTime" if eager else "ExecuteTime", perf_counter() - start)
-        if donate:
-            metrics.bump("DonatedBuffers", len(donate))
+        outputs = execute(
+            runtime,
+            entry,
+            args,
+            timer="EagerOpExecuteTime" if eager else "ExecuteTime",
+            donated=len(donate),
+            what=self._describe_for_oom,
+            graph=graph,
+        )
         results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
-        checks = entry.annotations
-        if checks:  # the flags: the last output (``_checks``)
+        if entry.annotations:  # device-side checks: the flags are the last output
             reached = graph.reached
-            sites = [(reached[p].op, reached[p].data) for p, _, _ in checks]
+            sites = [(reached[p].op, reached[p].data) for p, _, _ in entry.annotations]
             name = self.graph_name
             if eager:  # the op raises itself, before its outputs are handed out
-                CHECKS.queue(outputs[-1], checks, sites, name, "eager")
+                queue_checks(entry, outputs, sites, name, "eager")
                 CHECKS.resolve(runtime)
             elif donate:
-                CHECKS.queue(outputs[-1], checks, sites, name, "donated")
+                queue_checks(entry, outputs, sites, name, "donated")
             else:
-                nodes = [reached[p] for p, _, _ in checks]
+                nodes = [reached[p] for p, _, _ in entry.annotations]
                 undo = (list(targets), roots, results, nodes)
-                CHECKS.queue(outputs[-1], checks, sites, name, "reverted", undo)
+                queue_checks(entry, outputs, sites, name, "reverted", undo)
         return results
+
+    def _describe_for_oom(self) -> str:
+        what = f"graph {self.graph_name}" if self.graph_name else "a graph"
+        return f"{what} (synced at {self.compile_site()[1]})"
 
     def _site(self, graph: ir.Graph, placed=None, donate=()):
         site, frame = self.compile_site()
         shardings = placed[0] if placed is not None else None
-        key = self.keys.cache_key(graph, shardings, donate)
+        key = self.compiler.keys.cache_key(graph, shardings, donate)
         return site, graph, key, frame, shardings, donate
 
     def check_execution_allowed(self, what: str, graph: ir.Graph | None = None) -> None:

@@ -21,7 +21,6 @@ Contract:
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections import Counter
 
@@ -32,6 +31,7 @@ from lazax.cache import CacheKey, environment_part
 
 from .. import metrics
 from .._version import __version__
+from ..config import settings
 from .checks import CHECKS
 
 __all__ = ["KeyParts", "RecompileLog"]
@@ -174,6 +174,6 @@ class RecompileLog:
             why = f"the {part} part of the cache key changed (same graph)"
         report = f"recompile of {site}: {why} at {frame}"
         metrics.add_recompile_report(report)
-        if os.environ.get("LAZAX_DEBUG_RECOMPILES", "0") not in ("", "0", "false"):
+        if settings().debug_recompiles:
             print(f"lazax: {report}", file=sys.stderr)
         return report

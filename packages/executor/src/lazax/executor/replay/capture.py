@@ -1,14 +1,17 @@
 """Capturing one FX graph, at one set of input layouts and symbolic values, for replay.
 
-Contract: ``Replay(gm, args, tensor_positions)`` traces ``gm`` once through lazax
+Contract: ``Replay(fn, args, tensor_positions)`` traces ``fn`` (an FX graph module, or
+any function of tensors that returns tensors) once through lazax
 tensors that stand in for its tensor arguments (shadows over the same device data: the
 caller's tensors are never touched, even if the trace fails), collects the IR of the
 outputs and of the arguments the graph writes in place, lowers and compiles it (the
 cache is warmed; nothing executes). ``Replay.run(args)`` runs the graph on new
-arguments of the same layouts with no FX interpretation, no aten dispatch and no
+arguments of the same layouts with no interpretation, no aten dispatch and no
 hashing (the only IR built is a view node for each output that is a strided view):
 gather the input buffers, execute the cached executable by hash (lowering it again if it
-was evicted), wrap the outputs, write the mutated arguments back. A mutated argument
+was evicted), wrap the outputs, write the mutated arguments back. It compiles and runs
+through the barrier's compile and execute stages, so metrics, out-of-memory errors and
+device-side checks are the barrier's. A mutated argument
 whose buffer nothing else holds (no other tensor's IR, no second storage) is donated:
 the executable writes the new value over it, as lazy mode's sync does; an executable is
 kept per donation pattern. A program's device-side checks (a bad index) are queued
@@ -18,23 +21,36 @@ A graph is replayable only if tracing it runs nothing: a CPU fallback, a read to
 host or a data-dependent shape would bake a value of this call into every later one.
 Any of those raises ``CaptureBroken`` (naming what happened) before it runs, as do what
 a replay cannot express: a CPU input with dimensions or written in place, a CPU output,
-a view that reinterprets its storage's dtype. The bridge then interprets that signature
-on every call instead. The trace leaves the device RNG as it found it: the replay draws
+a view that reinterprets its storage's dtype. The dynamo bridge then interprets that
+signature on every call instead. The trace leaves the device RNG as it found it: the replay draws
 the call's seeds itself, in the order the ops took them.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from time import perf_counter
 
 import numpy as np
 import torch
 
-from lazax import executor, ir
-from lazax.executor import CHECKS, EXECUTOR, RNG, Layout, LazyTensor, Storage, metrics
+from lazax import ir
 
-__all__ = ["CaptureBroken", "Replay", "signature"]
+from .. import metrics
+from ..barrier.agreement import describe
+from ..barrier.execute import execute, queue_checks
+from ..barrier.executor import EXECUTOR
+from ..barrier.lower import lower
+from ..barrier.placement import place_arguments, placement
+from ..barrier.placement import signature as sharding_signature
+from ..ops import checked_ops
+from ..state.layout import Layout
+from ..state.rng import RNG
+from ..state.storage import Storage
+from ..tensor.device import device
+from ..tensor.lazy import LazyTensor, rebind
+from ..tensor.transfer import from_cpu
+
+__all__ = ["CaptureBroken", "Replay", "signature", "sync_inputs"]
 
 
 class CaptureBroken(Exception):
@@ -63,7 +79,7 @@ def signature(args, tensor_positions, sym_positions) -> tuple:
         sharing = tuple([first.setdefault(s, k) for k, s in enumerate(storages)])
     # Input shardings, on every call (torch_xla stops looking after a few calls and then
     # runs a stale executable): None until anything was sharded.
-    return symbols, layouts, sharing, executor.sharding_signature(tensors)
+    return symbols, layouts, sharing, sharding_signature(tensors)
 
 
 def _reinterprets(t: LazyTensor) -> bool:
@@ -72,8 +88,8 @@ def _reinterprets(t: LazyTensor) -> bool:
     return t._lz_view is not None and t._lz_value.spec.dtype != t._lz_storage.spec.dtype
 
 
-def _trace(gm, args, tensor_positions):
-    """Run ``gm`` on shadows of ``args``; returns the outputs, the shadow storages with
+def _trace(fn, args, tensor_positions):
+    """Run ``fn`` on shadows of ``args``; returns the outputs, the shadow storages with
     the first argument on each and its device-data leaf before the trace, the uploaded
     0-dim host inputs as (argument index, leaf), and the seeds the trace took in order.
     The device RNG is left where it was: the replay draws this call's seeds itself."""
@@ -85,7 +101,7 @@ def _trace(gm, args, tensor_positions):
         if type(a) is not LazyTensor:
             if a.dim() != 0:
                 raise CaptureBroken(f"input {i} is a {a.device} tensor with dimensions")
-            shadows[i] = a.to(executor.device())
+            shadows[i] = a.to(device())
             host.append((i, shadows[i]._lz_storage.value, shadows[i]))
             continue
         if _reinterprets(a):
@@ -96,21 +112,19 @@ def _trace(gm, args, tensor_positions):
             data = real.value.node.data
             leaf = ir.device_data(real.spec, data)
             known = storages[id(real)] = (Storage(leaf, real.device_index), i, leaf)
-        shadows[i] = executor.rebind(known[0], Layout(*a._lz_key))
+        shadows[i] = rebind(known[0], Layout(*a._lz_key))
 
     def refuse(what: str) -> None:
         raise CaptureBroken(what)
 
     seeds: list = []
-    saved = (EXECUTOR.eager, EXECUTOR.capture_guard, RNG.recorder, RNG.counter)
-    EXECUTOR.eager = False
-    EXECUTOR.capture_guard = refuse
+    saved = (RNG.recorder, RNG.counter)
     RNG.recorder = seeds
     try:
-        with torch.no_grad():
-            outputs = gm(*shadows)
+        with EXECUTOR.mode(eager=False, capture_guard=refuse), torch.no_grad():
+            outputs = fn(*shadows)
     finally:
-        EXECUTOR.eager, EXECUTOR.capture_guard, RNG.recorder, RNG.counter = saved
+        RNG.recorder, RNG.counter = saved
     for i, leaf, shadow in host:
         if shadow._lz_storage.value is not leaf:
             raise CaptureBroken(f"the graph writes to input {i}, a {args[i].device} tensor")
@@ -120,9 +134,9 @@ def _trace(gm, args, tensor_positions):
 class Replay:
     """One compiled specialisation of an FX graph, run by hash."""
 
-    def __init__(self, gm, args, tensor_positions, name: str | None = None) -> None:
+    def __init__(self, fn, args, tensor_positions, name: str | None = None) -> None:
         self.name = name
-        outputs, shadows, host, seeds = _trace(gm, args, tensor_positions)
+        outputs, shadows, host, seeds = _trace(fn, args, tensor_positions)
         self.device_index = shadows[0][0].device_index if shadows else 0
         initial = {id(leaf): i for _, i, leaf in shadows}
         shadow_arg = {id(s): i for s, i, _ in shadows}
@@ -165,19 +179,20 @@ class Replay:
         made_per_root = Counter(ref for kind, ref, _ in recipes if kind == "new")
         self.aliased_roots = {ref for ref, n in made_per_root.items() if n > 1}
         self.root_specs = [r.spec for r in roots]
-        graph = ir.collect(roots, salt=EXECUTOR.device_salt_hash)
+        compiler = EXECUTOR.compiler
+        graph = ir.collect(roots, salt=compiler.device_salt_hash)
         self.hash = graph.hash
         # Where each op with device-side checks was traced, by its place in the walk
         # (what a failed check names; the compiled program says which ones check).
-        checked = executor.checked_ops()
+        checked = checked_ops()
         self.sites = {k: (n.op, n.data) for k, n in enumerate(graph.reached) if n.op in checked}
         # SPMD: the input shardings this replay is compiled for (part of its key).
-        self.placement = executor.sharded_placement(graph, EXECUTOR.runtime)
+        self.placement = placement(graph, compiler.runtime)
         # What a job's processes compare before compiling a cross-process program
         # (text only: a replay keeps no IR).
         self.lines = None
-        if self.placement is not None and EXECUTOR.runtime.process_count > 1:
-            self.lines = executor.describe_graph(graph)
+        if self.placement is not None and compiler.runtime.process_count > 1:
+            self.lines = describe(graph)
         seed_order = {id(s): k for k, s in enumerate(seeds)}
         host_nodes = {id(leaf): i for i, leaf in host}
         self.template: list = []
@@ -201,40 +216,32 @@ class Replay:
         self.mutated_slots = [(slot, i) for slot, i in self.storage_slots if i in mutated]
         # What an eviction needs to compile again: the lowered function, never the IR
         # (which holds the first call's buffers).
-        self.lowered = executor.lower_graph(graph) if roots else None
+        self.lowered = lower(graph) if roots else None
         # The donation patterns this replay compiled (the first call compiles its own:
         # which mutated inputs it may donate is known only from that call's arguments).
         self.compiled: set[tuple] = set()
 
     def _key(self, donate: tuple = ()):
-        key = EXECUTOR.keys.memory_key(self.hash)
+        key = EXECUTOR.compiler.keys.memory_key(self.hash)
         if self.placement is not None:
             key = (key, self.placement[0])
         return (key, donate) if donate else key
 
-    def _compile(self, donate: tuple = ()):
-        cache = EXECUTOR.cache
-        key = self._key(donate)
-        entry = cache.get(key)
-        if entry is None:
-            # Compiled before and gone: evicted from the LRU, lowered again (never an
-            # error; torch_xla stops here).
-            evicted = donate in self.compiled
-            metrics.bump("DynamoRecompileAfterEviction" if evicted else "UncachedCompile")
-            self.compiled.add(donate)
-            shardings = None if self.placement is None else self.placement[1]
-            entry = EXECUTOR.compile_into_cache(
-                key,
-                lambda: self.lowered,
-                "CompileTime",
-                shardings,
-                donate,
-                self.lines,
-                EXECUTOR.graph_name or self.name,
-            )
-        else:
-            metrics.bump("CachedCompile")
-        return entry
+    def _compile(self, key, donate: tuple = ()):
+        # Compiled before and gone: evicted from the LRU, lowered again (never an
+        # error; torch_xla stops here).
+        evicted = donate in self.compiled
+        metrics.bump("DynamoRecompileAfterEviction" if evicted else "UncachedCompile")
+        self.compiled.add(donate)
+        return EXECUTOR.compiler.compile(
+            key,
+            lambda: self.lowered,
+            arg_shardings=None if self.placement is None else self.placement[1],
+            donate=donate,
+            lines=self.lines,
+            name=EXECUTOR.graph_name or self.name,
+            site=(EXECUTOR.graph_name, EXECUTOR.compile_site()[1]),
+        )
 
     def run(self, args):
         outputs = self._execute(args) if self.lowered is not None else []
@@ -244,37 +251,28 @@ class Replay:
             if kind == "new" and ref in self.aliased_roots:
                 base = bases.get(ref)
                 if base is None and layout.view is None:
-                    base = bases[ref] = executor.rebind(outputs[ref], layout)
+                    base = bases[ref] = rebind(outputs[ref], layout)
                     results.append(base)
                     continue
                 if base is None:
                     storage = outputs[ref]
                     whole = Layout(storage.spec.shape, layout.dtype)
-                    base = bases[ref] = executor.rebind(storage, whole)
+                    base = bases[ref] = rebind(storage, whole)
                 # Through the dispatcher, so that autograd records it as a view of base.
                 results.append(base.as_strided(layout.shape, layout.stride, layout.offset))
             elif kind == "new":
-                results.append(executor.rebind(outputs[ref], layout))
+                results.append(rebind(outputs[ref], layout))
             elif kind == "input":
-                results.append(executor.rebind(args[ref]._lz_storage, layout))
+                results.append(rebind(args[ref]._lz_storage, layout))
             else:
                 results.append(ref)
         return results[0] if self.single else results
 
     def _donations(self, args) -> tuple[int, ...]:
         """The slots of mutated arguments that nothing but their storage can read."""
-        if not EXECUTOR.donation.enabled:
-            return ()
         slots = self.mutated_slots
-        leaves = [args[i]._lz_storage.value for _, i in slots]
-        buffers = [leaf.data for leaf in leaves]
-        # A leaf: held by its storage alone (no other tensor's IR); its buffer: by the
-        # leaf alone (no second storage).
-        leaf_counts, buffer_counts = ir.holder_counts(leaves), ir.holder_counts(buffers)
-        if leaf_counts is None or buffer_counts is None:
-            return ()
-        held = zip(leaf_counts, buffer_counts)
-        return tuple(slot for (slot, _), (leaf, buffer) in zip(slots, held) if leaf == buffer == 1)
+        may = EXECUTOR.donation.choose_written([args[i]._lz_storage.value for _, i in slots])
+        return tuple(slot for (slot, _), ok in zip(slots, may) if ok)
 
     def _execute(self, args) -> list[Storage]:
         donate = self._donations(args) if self.mutated_slots else ()
@@ -282,23 +280,21 @@ class Replay:
         for slot, i in self.storage_slots:
             params[slot] = args[i]._lz_storage.value.node.data
         for slot, i in self.host_slots:
-            params[slot] = executor.from_cpu(args[i]).data
+            params[slot] = from_cpu(args[i]).data
         for slot in self.seed_slots:
             params[slot] = np.int64(RNG.next_key())
+        compiler = EXECUTOR.compiler
+        runtime = compiler.runtime
         if self.placement is not None:
-            executor.place_sharded_arguments(EXECUTOR.runtime, params, self.placement[1])
-        entry = EXECUTOR.cache.get(self._key(donate))
-        if entry is None:
-            entry = self._compile(donate)
-        start = perf_counter()
-        buffers = EXECUTOR.runtime.execute(entry, params)
-        metrics.record("ExecuteTime", perf_counter() - start)
-        checks = entry.annotations
-        if checks:  # the flags: the last output; the results stay (see lazax.executor)
-            sites = [self.sites.get(p, ("?", None)) for p, _, _ in checks]
-            CHECKS.queue(buffers[-1], checks, sites, EXECUTOR.graph_name, "replay")
-        if donate:
-            metrics.bump("DonatedBuffers", len(donate))
+            place_arguments(runtime, params, self.placement[1])
+        key = self._key(donate)
+        entry = compiler.lookup(key)
+        if entry is None:  # a replay's hits are not counted: it runs by hash every call
+            entry = self._compile(key, donate)
+        buffers = execute(runtime, entry, params, donated=len(donate), what=self._what)
+        if entry.annotations:  # the results stay (see lazax.executor.barrier.checks)
+            sites = [self.sites.get(p, ("?", None)) for p, _, _ in entry.annotations]
+            queue_checks(entry, buffers, sites, EXECUTOR.graph_name, "replay")
         specs = self.root_specs
         device = self.device_index
         made = [
@@ -307,3 +303,22 @@ class Replay:
         for k, arg in enumerate(self.mutated, start=self.new_count):
             args[arg]._lz_storage.set(ir.device_data(specs[k], buffers[k]))
         return made
+
+    def _what(self) -> str:
+        return f"the captured graph {EXECUTOR.graph_name or self.name or ''}".rstrip()
+
+
+def sync_inputs(tensors) -> bool:
+    """Run the pending IR of the storages of the lazax tensors among ``tensors`` as one
+    graph, not in eager mode (a replay starts from device data); whether any was."""
+    pending = None
+    for a in tensors:
+        if type(a) is LazyTensor and a._lz_storage.pending:
+            if pending is None:
+                pending = []
+            pending.append(a._lz_storage)
+    if pending is None:
+        return False
+    with EXECUTOR.mode(eager=False):
+        EXECUTOR.sync_storages(pending)
+    return True

@@ -1,0 +1,162 @@
+"""The compile stage: a cache key in, an executable out.
+
+Contract of ``CompileStage``:
+- ``lookup(key)``: the cached executable under a memory key (``keys.memory_key``, plus
+  placement and donation), or None.
+- ``compile(key, lower_fn, ...)``: on a miss, lower (``lower_fn() -> (fn, arg_specs)``),
+  compile through the runtime (timed; SPMD over ``arg_shardings``; ``donate``: argument
+  indices whose buffers the outputs may take over), and keep the executable under
+  ``key``. A program over several processes' devices is compiled only once every
+  process agrees on it (``agreement``). ``name`` is the program's name in XLA's dumps
+  and profiles; it is not part of the key (a graph compiled under one name and met
+  under another keeps its first name). Running the executable is the execute stage's.
+- The persistent tier (``LAZAX_PERSISTENT_CACHE_DIR``) is set up at the first use of the
+  runtime; its hits, misses and unreadable entries are counted.
+- An eviction from the LRU is counted; every capacity's worth of them lets jax drop its
+  own caches (see ``_on_evict``); the map guard watches the OS's mapping limit.
+Both the barrier and a captured graph's replay compile here.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from lazax import cache as lazax_cache
+from lazax import ir, pjrt
+
+from .. import metrics
+from .agreement import agree
+from .keys import KeyParts, RecompileLog
+from .map_guard import MapGuard
+
+__all__ = ["CompileStage"]
+
+
+class CompileStage:
+    """The runtime, the computation cache and what keys and fills it."""
+
+    def __init__(self) -> None:
+        self._cache: lazax_cache.ComputationCache | None = None
+        self._evicted = 0
+        self._salt: str | None = None
+        self._salt_hash: int | None = None
+        self._keys: KeyParts | None = None
+        self._persistent_checked = False
+        self.recompiles = RecompileLog()
+        self.map_guard = MapGuard()
+
+    @property
+    def runtime(self) -> pjrt.PjrtRuntime:
+        runtime = pjrt.runtime()
+        if not self._persistent_checked:
+            self._persistent_checked = True
+            path, read_only = lazax_cache.persistent_cache_settings()
+            if path is not None:
+                self.set_persistent_cache_dir(path, read_only, runtime)
+        return runtime
+
+    def set_persistent_cache_dir(self, path, read_only: bool = False, runtime=None) -> bool:
+        """Use ``path`` as the persistent tier (see ``lazax.cache``); False (with a
+        warning) if it cannot be used. Before the first compile only."""
+        self._persistent_checked = True
+        where = lazax_cache.prepare_directory(path, read_only)
+        if where is None:
+            return False
+        (runtime or pjrt.runtime()).use_persistent_cache(str(where), read_only)
+        return True
+
+    # -- keys ------------------------------------------------------------------------
+    @property
+    def device_salt(self) -> str:
+        """What the graph hash adds for the device: platform, device kind and count."""
+        if self._salt is None:
+            self._salt = self.runtime.device_kind()
+        return self._salt
+
+    @property
+    def device_salt_hash(self) -> int:
+        if self._salt_hash is None:
+            self._salt_hash = ir.stable_hash(self.device_salt)
+        return self._salt_hash
+
+    @property
+    def keys(self) -> KeyParts:
+        """Builds the cache keys (see ``keys``)."""
+        if self._keys is None:
+            self._keys = KeyParts(self.runtime, self.device_salt_hash)
+        return self._keys
+
+    # -- the cache ---------------------------------------------------------------------
+    @property
+    def cache(self) -> lazax_cache.ComputationCache:
+        if self._cache is None:
+            self._cache = lazax_cache.ComputationCache()
+            self._cache.on_evict(self._on_evict)
+            self._evicted = 0
+        return self._cache
+
+    def lookup(self, key):
+        """The executable kept under ``key``, or None."""
+        return self.cache.get(key)
+
+    def _on_evict(self, key, entry) -> None:
+        metrics.bump("CacheEvictions")
+        # jax keeps its own traces and executables of every graph lazax lowered (keyed
+        # by shape, and weakly on objects its own caches keep alive): an evicted graph's
+        # executable is not freed until those go too. Every capacity's worth of
+        # evictions (a program that keeps making new shapes), let jax drop them; lazax's
+        # cached executables are its own references and stay valid.
+        self._evicted += 1
+        if self._evicted >= max(64, self._cache.capacity):
+            self._evicted = 0
+            self.runtime.release_caches()
+
+    def reset_cache(self, capacity: int | None = None) -> None:
+        """Drop every compiled computation (tests, or a new cache size)."""
+        self._cache = None
+        if capacity is not None:
+            self.cache.resize(capacity)
+
+    # -- compiling ---------------------------------------------------------------------
+    def compile_executable(self, fn, arg_specs, arg_shardings=None, donate=(), name=None):
+        """``runtime.compile``, with the persistent tier's outcome counted:
+        ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
+        (corrupt, truncated, foreign) as ``PersistentCacheLoadFailure`` and a warning."""
+        entry = self.runtime.compile(
+            fn, arg_specs, arg_shardings=arg_shardings, donate=donate, name=name
+        )
+        if entry.persistent == "hit":
+            metrics.bump("PersistentCacheHit")
+        elif entry.persistent == "miss":
+            metrics.bump("PersistentCacheMiss")
+        for failure in entry.load_failures:
+            metrics.bump("PersistentCacheLoadFailure")
+            warnings.warn(f"lazax: recompiled after {failure}", RuntimeWarning, stacklevel=3)
+        return entry
+
+    def compile(
+        self,
+        key,
+        lower_fn,
+        *,
+        timer: str = "CompileTime",
+        arg_shardings=None,
+        donate=(),
+        lines=None,
+        name=None,
+        site: tuple[str | None, str] = (None, ""),
+    ):
+        """Lower, compile and keep under ``key`` (see the module's contract). ``lines``:
+        the graph's description (or a callable giving it) that a job's processes
+        compare; ``site``: (graph name, user frame), named if they disagree."""
+        if arg_shardings is not None and self.runtime.process_count > 1:
+            if any(pjrt.spans_processes(s) for s in arg_shardings):
+                agree(self.runtime, key, lines, *site)
+        with metrics.timed(timer):
+            fn, arg_specs = lower_fn()
+            entry = self.compile_executable(fn, arg_specs, arg_shardings, donate, name)
+        # The device-side checks the trace found (``lower``): one more output.
+        entry.annotations = list(getattr(fn, "checks", ())) or None
+        self.cache.put(key, entry)
+        self.map_guard.after_compile(self.cache, self.runtime)
+        return entry
