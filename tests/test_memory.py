@@ -163,6 +163,6 @@ def test_wait_device_ops_waits_for_every_step_not_only_the_last_sync():
         outs.append(y)
         lx.sync()  # dispatched, not waited for
     lx.wait_device_ops()
-    buffers = [t._lz_storage.value.data for t in outs]
+    buffers = [lx_exec.storage_of(t).value.data for t in outs]
     assert all(b.is_ready() for b in buffers)
     torch.testing.assert_close(outs[0].cpu(), outs[-1].cpu())

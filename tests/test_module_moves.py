@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lazax.modes as lx
+from lazax.executor import storage_of
 
 DEV = lx.device()
 
@@ -142,7 +143,7 @@ def test_a_dtype_change_on_the_device_changes_what_the_parameter_holds():
     layer = nn.Linear(3, 2).to(DEV)
     layer.to(torch.float64)
     assert layer.weight.dtype == torch.float64
-    assert layer.weight._lz_storage.spec.dtype == "float64"
+    assert storage_of(layer.weight).spec.dtype == "float64"
     x = torch.randn(4, 3, dtype=torch.float64)
     ref = nn.Linear(3, 2).to(torch.float64)
     ref.load_state_dict({k: v.cpu() for k, v in layer.state_dict().items()})

@@ -470,14 +470,10 @@ def test_convolution_backward_with_every_output_masked_off_returns_nones(eager):
 
     g, x, w = torch.randn(1, 3, 3, 3), torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
     conv_args = ([3], [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
-    previous, EXECUTOR.eager = EXECUTOR.eager, eager
-    try:
-        with no_cpu_fallback():
-            lz = [t.to(DEV) for t in (g, x, w)]
-            none = torch.ops.aten.convolution_backward(*lz, *conv_args, [False, False, False])
-            only_weight = torch.ops.aten.convolution_backward(*lz, *conv_args, [False, True, False])
-    finally:
-        EXECUTOR.eager = previous
+    with EXECUTOR.mode(eager=eager), no_cpu_fallback():
+        lz = [t.to(DEV) for t in (g, x, w)]
+        none = torch.ops.aten.convolution_backward(*lz, *conv_args, [False, False, False])
+        only_weight = torch.ops.aten.convolution_backward(*lz, *conv_args, [False, True, False])
     assert none == (None, None, None)
     expected = torch.ops.aten.convolution_backward(g, x, w, *conv_args, [False, True, False])
     assert only_weight[0] is None and only_weight[2] is None

@@ -2,13 +2,17 @@
 
 Importing it registers the ``lazax`` device with torch. ``LazyTensor`` is the tensor
 type on ``lazax:N``; ``EXECUTOR`` holds the flags the modes set (``eager``,
-``allow_execution``, ``graph_name``), the computation cache and the runtime;
-``sync_tensors_graph`` / ``sync`` are the barrier; ``metrics`` the counters.
-``Storage``, ``Layout``, ``new_tensor``, ``new_alias``, ``rebind``, ``lower_graph``,
-``sharded_placement``, ``place_sharded_arguments`` and ``sharding_signature`` are for
-front-ends that build or replay graphs themselves (the dynamo bridge), with ``CHECKS``
-(the device-side checks a replayed program's flags go to) and ``checked_ops``. ``Mesh``,
-``mark_sharding``, ``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD.
+``allow_execution``, ``graph_name``; changed for a block with ``EXECUTOR.mode(...)``),
+the sync entry points, the runtime and the computation cache; ``sync_tensors_graph`` /
+``sync`` are the barrier; ``metrics`` the counters. ``Replay`` captures a function of
+lazax tensors once and runs it by hash afterwards (``CaptureBroken`` when it cannot be;
+``replay_signature`` is what a replay is specialised on; ``sync_inputs`` runs its
+inputs' pending IR): the dynamo bridge's engine. ``Storage``, ``Layout``,
+``new_tensor``, ``new_alias``, ``rebind``, ``lower_graph``, ``sharded_placement``,
+``place_sharded_arguments`` and ``sharding_signature`` are for front-ends that build
+graphs themselves, with ``CHECKS`` and ``checked_ops``. ``Mesh``, ``mark_sharding``,
+``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD. The package's folders
+are its stages, in import order (see the README).
 """
 
 # The device is renamed before anything makes a torch.device("lazax", i).
@@ -59,7 +63,7 @@ from .state.layout import Layout  # noqa: E402
 from .state.rng import RNG  # noqa: E402
 from .state.storage import Storage  # noqa: E402
 from .state.values import ir_value  # noqa: E402
-from .tensor.lazy import LazyTensor, new_alias, new_tensor, rebind  # noqa: E402
+from .tensor.lazy import LazyTensor, new_alias, new_tensor, rebind, storage_of  # noqa: E402
 from .tensor.transfer import from_cpu, to_cpu  # noqa: E402
 
 register_kernels()
@@ -85,7 +89,7 @@ _let_optimizers_use_foreach()
 
 
 def sync_tensors_graph(tensors, wait: bool = False, sync_ltc_data: bool = True) -> None:
-    """Run the pending IR of ``tensors`` as one graph (see ``_barrier``)."""
+    """Run the pending IR of ``tensors`` as one graph (see ``barrier.executor``)."""
     EXECUTOR.sync_tensors_graph(list(tensors), wait=wait, sync_ltc_data=sync_ltc_data)
 
 
@@ -136,6 +140,7 @@ __all__ = [
     "registered_ops",
     "replay_signature",
     "shard_shapes",
+    "storage_of",
     "sharded_placement",
     "sharding_signature",
     "sync",

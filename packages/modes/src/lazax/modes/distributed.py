@@ -23,7 +23,7 @@ Contract:
   process counts as dead.
 - ``is_initialized()``; ``global_tensor`` and ``local_part`` (``lazax.executor``'s).
 - ``save(state_dict, path)`` / ``load(state_dict, path)``: checkpoints written by every
-  process, each its own pieces (``lazax.executor``'s ``_sharded_checkpoint``).
+  process, each its own pieces (``lazax.executor``'s ``distributed.sharded_checkpoint``).
 - torch.distributed's ``"lazax"`` backend is registered at import:
   ``dist.init_process_group("lazax")`` joins the job (if ``initialize`` did not) and
   gives ``LazaxProcessGroup``, collectives on lazax tensors.

@@ -8,7 +8,7 @@ the same executable, never a second program and never a host read while it runs.
 
 Contract:
 - ``CHECKS.enabled``: on unless ``LAZAX_CHECKS=0``. It is part of every cache key
-  (``_keys``), so turning it off or on compiles again, and nothing else does.
+  (``barrier.keys``), so turning it off or on compiles again, and nothing else does.
 - ``trace_site()``: ``(file, line, function)`` of the user's innermost frame outside
   lazax, torch and generated code; the tensor layer keeps it in ``node.data`` of each
   checked op it traces (never hashed), so that the error names where the op was traced.
@@ -34,7 +34,7 @@ Contract:
     clamped;
   * eager mode: each op's checks are read as it runs, so the op itself raises (as on
     the CPU) and its outputs are never handed out; an in-place op leaves its target as
-    it was (``_dispatch``).
+    it was (``dispatch``).
   Only that execution's checks are dropped; later executions are checked in turn.
 """
 

@@ -18,7 +18,7 @@ leaf only its storage holds (no other tensor's IR) and whose buffer only that le
 (no second storage over it). The replay compiles one executable per pattern.
 ``LAZAX_DONATION=0`` turns donation off (``EXECUTOR.donation``), for debugging.
 The caller holds ``EXECUTOR.sync_lock`` from the decision until the results have
-replaced the targets' IR, and every op holds it while it reads IR (``_dispatch``): no
+replaced the targets' IR, and every op holds it while it reads IR (``dispatch``): no
 thread can take a new reference to the graph in between.
 """
 

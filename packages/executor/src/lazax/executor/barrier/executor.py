@@ -196,7 +196,7 @@ class GraphExecutor:
 
     def sync(self, wait: bool = False) -> None:
         """Sync every live tensor with pending IR, as one graph. ``wait``: block until
-        it has run and read its device-side checks (``_checks``)."""
+        it has run and read its device-side checks (``barrier.checks``)."""
         with self.sync_lock:
             self.poll_checks()
             storages = PENDING.take()
@@ -219,7 +219,7 @@ class GraphExecutor:
 
     def poll_checks(self) -> None:
         """At a sync point, first: raise the first failed device-side check of the
-        programs that have finished (never waits; see ``_checks``). Under ``sync_lock``."""
+        programs that have finished (never waits; see ``barrier.checks``). Under ``sync_lock``."""
         if CHECKS.unread:
             CHECKS.poll(self.runtime)
 

@@ -7,7 +7,7 @@ Contract:
   the program writes over, when any), ``options`` (the runtime's compile
   options, re-read on every key: a jax option changed between two compiles must not
   reuse an executable), ``checks`` (whether programs check values on the device:
-  ``_checks``) and ``versions`` (lazax, jax, jaxlib, torch).
+  ``barrier.checks``) and ``versions`` (lazax, jax, jaxlib, torch).
   ``memory_key(graph_hash)`` is the cheap form the in-memory LRU uses on every sync: the
   graph hash with the digest of the environment parts.
 - ``RecompileLog.on_compile(site, graph, key)`` is told of every compile; when ``site``

@@ -12,7 +12,7 @@ Random rules get ``ctx.key`` from the node's last operand (an int64 seed paramet
 ``ctx.unread`` tells a multi-output rule which of its outputs nothing in this graph
 reads (the graph's hash covers which outputs are read, so the program may differ).
 
-Device-side checks (``_checks``): when ``CHECKS.enabled`` at the time jax traces ``fn``
+Device-side checks (``barrier.checks``): when ``CHECKS.enabled`` at the time jax traces ``fn``
 (the compile), the ``ctx.check`` calls of checked rules add one last output, an int64
 array ``(n, 2)`` of (any bad, first bad value) per check, and ``fn.checks`` lists, per
 row, ``(position in graph.reached of the node, error name, message)``. Without checks

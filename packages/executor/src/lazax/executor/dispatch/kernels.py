@@ -73,7 +73,7 @@ _LIBRARY = None
 
 def register_kernels() -> None:
     """lazax's kernels registered with torch's dispatcher: the PrivateUse1 factories, and
-    the composite ``out=`` overloads torch gets wrong on subclasses (``_composite_out``)."""
+    the composite ``out=`` overloads torch gets wrong on subclasses (``composite_out``)."""
     global _LIBRARY
     if _LIBRARY is not None:
         return

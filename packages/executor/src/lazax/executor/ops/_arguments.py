@@ -18,7 +18,7 @@ Contract:
   (those are device-side checks).
 - A check registered for a functional overload also covers its in-place form (the plan
   is found by the functional's name). An ``out=`` overload has checks of its own (see
-  ``_out_checks``): register them under the ``out=`` overload.
+  ``dispatch.out_checks``): register them under the ``out=`` overload.
 """
 
 from __future__ import annotations

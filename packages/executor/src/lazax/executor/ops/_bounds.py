@@ -1,4 +1,4 @@
-"""Index bounds checked on the device, with torch's CPU messages (see ``_checks``).
+"""Index bounds checked on the device, with torch's CPU messages (see ``barrier.checks``).
 
 Contract: ``check_index(ctx, idx, size, error, message, negative)`` reports ``error``
 with ``message`` (``{value}``: the first offending index) when any element of ``idx`` lies

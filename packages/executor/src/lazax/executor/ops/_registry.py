@@ -15,7 +15,7 @@ Contract:
   message)`` for an error torch raises from the *values* (an index out of range): the
   program also computes whether any element of ``bad`` is true and the first offending
   value, and the executor raises ``error(message.format(value=...))`` when it reads
-  that (see ``_checks``). With checks off (``LAZAX_CHECKS=0``) ``ctx.check`` does
+  that (see ``barrier.checks``). With checks off (``LAZAX_CHECKS=0``) ``ctx.check`` does
   nothing. The tensor layer records where such ops were traced (``checked_ops``).
 - In-place (``add_``) and functional (``add``) overloads share one rule: register the
   functional one; the tensor layer writes the result back for the in-place form.

@@ -1,7 +1,7 @@
 """View ops (their outputs alias their input) and reshapes.
 
 The rules compute values only; aliasing, strides and write-back are the tensor layer's
-(``_tensor.py``). ``view``/``_unsafe_view``/``reshape`` are plain reshapes of the
+(``state.values``). ``view``/``_unsafe_view``/``reshape`` are plain reshapes of the
 logical value.
 """
 

@@ -26,6 +26,7 @@ from .transfer import to_cpu
 
 __all__ = [
     "LazyTensor",
+    "storage_of",
     "attach",
     "new_alias",
     "new_tensor",
@@ -192,3 +193,11 @@ def resize_to(t: LazyTensor, shape: tuple[int, ...], value: ir.Value) -> None:
     t._lz_value = None
     t._lz_seen = 0
     t._lz_key = Layout(tuple(shape), t.dtype).mkey
+
+
+def storage_of(t: LazyTensor) -> Storage:
+    """The ``Storage`` that ``t`` shares with its aliases (views, ``.detach()``, tied
+    parameters): its ``value`` is the IR of the whole base (device data once synced)."""
+    if type(t) is not LazyTensor:
+        raise TypeError(f"storage_of takes a lazax tensor, but got a {t.device} tensor")
+    return t._lz_storage

@@ -3,7 +3,7 @@
 Contract: ``from_cpu(t, device_index)`` uploads a CPU tensor (asynchronously) and
 returns its device-data value; ``to_cpu(t)`` syncs ``t`` if it is pending, waits for
 its value and returns it as a new CPU tensor, then raises the first failed device-side
-check of every program that has finished (``_checks``). A view of materialised data is
+check of every program that has finished (``barrier.checks``). A view of materialised data is
 sliced on the host from its base where the base is small (no compile per view).
 Transfers are timed (``TransferToDeviceTime``, ``TransferFromDeviceTime``); running out
 of device memory raises ``torch.OutOfMemoryError``.
