@@ -71,6 +71,16 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def fast(session: nox.Session) -> None:
+    """The tier that needs no XLA compile: the executor's decisions on a NullRuntime
+    (seconds, not minutes; ``tests/null``, and the runtime's own tests of it)."""
+    install_all(session)
+    session.run(
+        "pytest", "tests/null", "packages/pjrt_runtime/tests/test_null.py", *session.posargs
+    )
+
+
+@nox.session
 def coverage(session: nox.Session) -> None:
     """docs/coverage.md from fresh runs: nox -s coverage -- --mode lazy --mode eager"""
     install_all(session, "expecttest")

@@ -16,6 +16,10 @@
   before it; on a clean exit it runs the lazax results of those deferred in its body as
   one graph, then compares each as ``check_against_cpu`` does, a failure naming the
   line of its ``deferred_check`` call; with none deferred it does nothing.
+- ``null_runtime()``: a context manager that runs its body on a ``lazax.pjrt.NullRuntime``
+  (nothing compiled by XLA, nothing computed: values are zeros) with a fresh compile
+  stage; it yields the runtime, whose ``programs`` and ``executions`` say what the
+  executor asked for. Work pending before the block runs first, on the real runtime.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ from contextlib import contextmanager
 
 import torch
 
+from lazax import pjrt
+
 from . import metrics, sync_tensors_graph
+from .barrier.compile import CompileStage
+from .barrier.executor import EXECUTOR
 
 __all__ = [
     "check_against_cpu",
@@ -33,6 +41,7 @@ __all__ = [
     "deferred_check",
     "fallback_counts",
     "no_cpu_fallback",
+    "null_runtime",
     "to_device",
 ]
 
@@ -111,3 +120,20 @@ def comparing_deferred_checks():
             msg=lambda m, line=line: f"check at line {line}: {m}",
             **tolerances,
         )
+
+
+@contextmanager
+def null_runtime():
+    """The body on a ``NullRuntime`` with a fresh compile stage (see the module
+    docstring); the real runtime and compile stage are back afterwards."""
+    EXECUTOR.sync(wait=True)  # nothing pending from before gets computed as zeros
+    real = EXECUTOR.runtime
+    null = pjrt.NullRuntime(real.platform)
+    saved_runtime = pjrt.set_runtime(null)
+    saved_compiler = EXECUTOR.compiler
+    EXECUTOR.compiler = CompileStage()
+    try:
+        yield null
+    finally:
+        pjrt.set_runtime(saved_runtime)
+        EXECUTOR.compiler = saved_compiler

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import warnings
 
+from ._interface import Runtime
+from ._null import NullProgram, NullRuntime
 from ._platform import PLATFORMS, PlatformUnavailableError, platform_from_env
 from ._processes import (
     ProcessLostError,
@@ -37,8 +39,11 @@ __all__ = [
     "STAGES",
     "DeviceOutOfMemory",
     "Executable",
+    "NullProgram",
+    "NullRuntime",
     "PjrtRuntime",
     "PlatformUnavailableError",
+    "Runtime",
     "ProcessLostError",
     "SplitAcrossProcessesError",
     "__version__",
@@ -111,7 +116,7 @@ def _warn_if_launched_unjoined() -> None:
         )
 
 
-def set_runtime(new: PjrtRuntime | None):
+def set_runtime(new: Runtime | None):
     """Replace the process-wide runtime (tests; another implementation); returns the old."""
     global _RUNTIME
     old, _RUNTIME = _RUNTIME, new

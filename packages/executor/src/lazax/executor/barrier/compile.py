@@ -1,8 +1,8 @@
 """The compile stage: a cache key in, an executable out.
 
 Contract of ``CompileStage``:
-- ``lookup(key)``: the cached executable under a memory key (``keys.memory_key``, plus
-  placement and donation), or None.
+- ``lookup(key)``: the cached executable under a memory key (``keys.memory_key``), or
+  None.
 - ``compile(key, lower_fn, ...)``: on a miss, lower (``lower_fn() -> (fn, arg_specs)``),
   compile through the runtime (timed; SPMD over ``arg_shardings``; ``donate``: argument
   indices whose buffers the outputs may take over), and keep the executable under

@@ -259,13 +259,10 @@ class GraphExecutor:
             self.graph_count_session.check(graph)
         eager = self.eager
         runtime = compiler.runtime
-        key = compiler.keys.memory_key(graph.hash)
         placed = placement(graph, runtime)  # None unless something was ever sharded
-        if placed is not None:
-            key = (key, placed[0])
         donate = self.donation.choose(graph, roots, targets, bump) if targets else ()
-        if donate:
-            key = (key, donate)
+        shardings = placed[0] if placed is not None else None
+        key = compiler.keys.memory_key(graph.hash, shardings, donate)
         entry = compiler.lookup(key)
         if entry is None:
             metrics.bump("UncachedCompile")

@@ -8,8 +8,11 @@ Contract:
   options, re-read on every key: a jax option changed between two compiles must not
   reuse an executable), ``checks`` (whether programs check values on the device:
   ``barrier.checks``) and ``versions`` (lazax, jax, jaxlib, torch).
-  ``memory_key(graph_hash)`` is the cheap form the in-memory LRU uses on every sync: the
-  graph hash with the digest of the environment parts.
+  ``memory_key(graph_hash, shardings, donate)`` is the same key in the flat form the
+  in-memory LRU uses on every sync (no new hashing): the graph hash, the digest of the
+  environment parts, the input shardings' key and the donated inputs. It leaves out
+  ``inputs``, which the graph hash covers (device data hashes by spec); the named form
+  exists to say which part changed. The barrier and the replay build both here.
 - ``RecompileLog.on_compile(site, graph, key)`` is told of every compile; when ``site``
   (a graph name, or else the user's code location) already compiled a graph, it records
   why this one differs: the first differing key part and, inside the graph, the first
@@ -66,9 +69,10 @@ class KeyParts:
             self._digest = hash(tuple(self._environment.values()))
         return self._environment
 
-    def memory_key(self, graph_hash: int) -> tuple[int, int]:
+    def memory_key(self, graph_hash: int, shardings=None, donate: tuple = ()) -> tuple:
+        """The LRU's key: ``cache_key``'s parts, flat (see the module docstring)."""
         self.environment()
-        return graph_hash, self._digest
+        return graph_hash, self._digest, shardings, donate
 
     def cache_key(
         self, graph: ir.Graph, shardings: tuple | None = None, donate: tuple = ()

@@ -222,10 +222,8 @@ class Replay:
         self.compiled: set[tuple] = set()
 
     def _key(self, donate: tuple = ()):
-        key = EXECUTOR.compiler.keys.memory_key(self.hash)
-        if self.placement is not None:
-            key = (key, self.placement[0])
-        return (key, donate) if donate else key
+        shardings = None if self.placement is None else self.placement[0]
+        return EXECUTOR.compiler.keys.memory_key(self.hash, shardings, donate)
 
     def _compile(self, key, donate: tuple = ()):
         # Compiled before and gone: evicted from the LRU, lowered again (never an
