@@ -110,10 +110,10 @@ def test_a_new_batch_size_recompiles_once_and_says_why(null):
     def ours():  # the report log is shared and bounded: this test's reports, by name
         return [r for r in lx.metrics.recompile_reports() if "(in train_twice)" in r]
 
-    train_twice(x, y)
-    assert ours() == []
+    train_twice(x, y)  # the second step differs from the first (it has moments)
+    known = len(ours())
     train_twice(small_x, small_y)
-    reports = ours()
+    reports = ours()[known:]
     assert len(reports) == 1, reports
     assert "changed from" in reports[0]
     assert "(16, 16)" in reports[0] and "(4, 16)" in reports[0]  # the first layer's output
