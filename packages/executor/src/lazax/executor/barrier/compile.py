@@ -6,7 +6,9 @@ Contract of ``CompileStage``:
 - ``compile(key, lower_fn, ...)``: on a miss, lower (``lower_fn() -> (fn, arg_specs)``),
   compile through the runtime (timed; SPMD over ``arg_shardings``; ``donate``: argument
   indices whose buffers the outputs may take over), and keep the executable under
-  ``key``. A program over several processes' devices is compiled only once every
+  ``key``, with a ``Program`` as its ``annotations``. ``arg_shardings`` and ``donate``
+  are per parameter of the graph; the program's arguments pack its Python numbers
+  (``arguments``). A program over several processes' devices is compiled only once every
   process agrees on it (``agreement``). ``name`` is the program's name in XLA's dumps
   and profiles; it is not part of the key (a graph compiled under one name and met
   under another keeps its first name). Running the executable is the execute stage's.
@@ -29,7 +31,19 @@ from .agreement import agree
 from .keys import KeyParts, RecompileLog
 from .map_guard import MapGuard
 
-__all__ = ["CompileStage"]
+__all__ = ["CompileStage", "Program"]
+
+
+class Program:
+    """What the executor keeps with an executable (its ``annotations``): the
+    device-side checks its last output flags (None: none), and how a run's parameters
+    become its arguments (``arguments.Packing``)."""
+
+    __slots__ = ("checks", "packing")
+
+    def __init__(self, checks, packing) -> None:
+        self.checks = checks
+        self.packing = packing
 
 
 class CompileStage:
@@ -154,9 +168,14 @@ class CompileStage:
                 agree(self.runtime, key, lines, *site)
         with metrics.timed(timer):
             fn, arg_specs = lower_fn()
-            entry = self.compile_executable(fn, arg_specs, arg_shardings, donate, name)
+            packing = fn.packing  # parameter positions -> argument positions
+            if arg_shardings is not None:
+                arg_shardings = packing.shardings(arg_shardings)
+            entry = self.compile_executable(
+                fn, arg_specs, arg_shardings, packing.donated(donate), name
+            )
         # The device-side checks the trace found (``lower``): one more output.
-        entry.annotations = list(getattr(fn, "checks", ())) or None
+        entry.annotations = Program(list(fn.checks) or None, packing)
         self.cache.put(key, entry)
         self.map_guard.after_compile(self.cache, self.runtime)
         return entry

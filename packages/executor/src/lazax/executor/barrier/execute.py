@@ -1,6 +1,7 @@
 """The execute stage: an executable and its arguments in, output buffers out.
 
-Contract of ``execute(runtime, entry, args, ...)``: run the executable asynchronously
+Contract of ``execute(runtime, entry, values, ...)``: arrange the parameters' values as
+the program's arguments (``arguments``) and run the executable asynchronously
 (the outputs are futures), timed as ``timer``; count the donated buffers
 (``DonatedBuffers``); turn the runtime's out-of-memory error into
 ``torch.OutOfMemoryError`` naming ``what`` and, where the caller has it, the graph's
@@ -26,15 +27,18 @@ __all__ = ["execute", "queue_checks"]
 def execute(
     runtime,
     entry,
-    args: list,
+    values: list,
     *,
     timer: str = "ExecuteTime",
     donated: int = 0,
     what=None,
     graph: ir.Graph | None = None,
 ) -> list:
-    """The output buffers of one execution. ``what``: a callable naming the program for
-    an out-of-memory error (called only then); ``graph``: its IR, for the inputs' sizes."""
+    """The output buffers of one execution. ``values``: the graph's parameters' values, in
+    its parameter order (packed here as the program takes them); ``what``: a callable
+    naming the program for an out-of-memory error (called only then); ``graph``: its IR,
+    for the inputs' sizes."""
+    args = entry.annotations.packing.arrange(values)
     start = perf_counter()  # not metrics.timed: a context manager costs per op here
     try:
         outputs = runtime.execute(entry, args)
@@ -50,7 +54,7 @@ def queue_checks(entry, outputs: list, sites, graph_name, kept: str, undo=None) 
     """Queue the device-side checks of an execution of ``entry`` (its last output is
     their flags). ``sites``: (op, where it was traced) for each check; a callable
     computing them is called only if the program has checks."""
-    checks = entry.annotations
+    checks = entry.annotations.checks
     if not checks:
         return
     if callable(sites):

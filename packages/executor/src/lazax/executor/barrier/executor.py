@@ -295,9 +295,10 @@ class GraphExecutor:
             graph=graph,
         )
         results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
-        if entry.annotations:  # device-side checks: the flags are the last output
+        checks = entry.annotations.checks
+        if checks:  # device-side checks: the flags are the last output
             reached = graph.reached
-            sites = [(reached[p].op, reached[p].data) for p, _, _ in entry.annotations]
+            sites = [(reached[p].op, reached[p].data) for p, _, _ in checks]
             name = self.graph_name
             if eager:  # the op raises itself, before its outputs are handed out
                 queue_checks(entry, outputs, sites, name, "eager")
@@ -305,7 +306,7 @@ class GraphExecutor:
             elif donate:
                 queue_checks(entry, outputs, sites, name, "donated")
             else:
-                nodes = [reached[p] for p, _, _ in entry.annotations]
+                nodes = [reached[p] for p, _, _ in checks]
                 undo = (list(targets), roots, results, nodes)
                 queue_checks(entry, outputs, sites, name, "reverted", undo)
         return results

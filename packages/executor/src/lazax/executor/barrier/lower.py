@@ -1,8 +1,9 @@
 """Lowering a graph: IR nodes -> one jax function, ready for ``runtime.compile``.
 
-Contract: ``lower(graph)`` returns ``(fn, arg_specs)``. ``fn(*params)`` takes the
-graph's parameters in ``graph.parameters`` order and returns the roots' values, in
-order; ``arg_specs`` are those parameters' ``(shape, dtype name)``. The function keeps
+Contract: ``lower(graph)`` returns ``(fn, arg_specs)``. ``fn(*args)`` takes the graph's
+parameters as ``fn.packing`` (``arguments.Packing``) arranges them (device data one by
+one, Python numbers packed in one array per dtype) and returns the roots' values, in
+order; ``arg_specs`` are those arguments' ``(shape, dtype name)``. The function keeps
 no reference to IR nodes (a cached executable must not keep a graph alive): each node is
 turned into a small instruction (rule, attributes, operand slots) first.
 
@@ -30,6 +31,7 @@ from lazax import ir
 from lazax.pjrt import numpy_dtype
 
 from ..ops import LoweringContext, get_lowering
+from .arguments import Packing
 from .checks import CHECKS
 
 __all__ = ["LoweringError", "lower"]
@@ -137,10 +139,10 @@ def lower(graph: ir.Graph):
         slot_of[id(node)] = next_slot
         next_slot += 1
     roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
-    arg_specs = [(p.specs[0].shape, p.specs[0].dtype) for p in graph.parameters]
+    packing = Packing(graph.parameters)
 
-    def fn(*params):
-        env: list = [(p,) for p in params] + [None] * len(program)
+    def fn(*args):
+        env: list = [(p,) for p in packing.unpack(args)] + [None] * len(program)
         enabled = CHECKS.enabled
         rows: list = []
         fn.checks = []  # filled anew by each trace
@@ -154,4 +156,5 @@ def lower(graph: ir.Graph):
         return (*outputs, jnp.stack(rows)) if rows else outputs
 
     fn.checks = []
-    return fn, arg_specs
+    fn.packing = packing
+    return fn, packing.arg_specs

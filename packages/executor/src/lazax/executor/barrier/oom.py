@@ -33,8 +33,10 @@ def out_of_memory(err, what: str, graph: ir.Graph | None, runtime) -> torch.OutO
     parts = [f"lazax: out of memory on {runtime.platform}:{device.id} running {what}"]
     if graph is not None:
         sizes = err.args_nbytes
+        # The program takes the device data first, in order, then the packed numbers.
+        inputs = [p for p in graph.parameters if p.op != ir.SCALAR]
         largest = sorted(
-            ((n, p.specs[0]) for n, p in zip(sizes, graph.parameters) if n), key=lambda t: -t[0]
+            ((n, p.specs[0]) for n, p in zip(sizes, inputs) if n), key=lambda t: -t[0]
         )[:3]
         parts.append(
             f"it reads {len(graph.parameters)} inputs ({_size(sum(sizes))}), writes "

@@ -290,8 +290,9 @@ class Replay:
         if entry is None:  # a replay's hits are not counted: it runs by hash every call
             entry = self._compile(key, donate)
         buffers = execute(runtime, entry, params, donated=len(donate), what=self._what)
-        if entry.annotations:  # the results stay (see lazax.executor.barrier.checks)
-            sites = [self.sites.get(p, ("?", None)) for p, _, _ in entry.annotations]
+        checks = entry.annotations.checks
+        if checks:  # the results stay (see lazax.executor.barrier.checks)
+            sites = [self.sites.get(p, ("?", None)) for p, _, _ in checks]
             queue_checks(entry, buffers, sites, EXECUTOR.graph_name, "replay")
         specs = self.root_specs
         device = self.device_index
