@@ -138,6 +138,16 @@ def make_batch(n: int, d_in: int, n_classes: int, seed: int) -> tuple[torch.Tens
     return x, y
 
 
+def classifier_step(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One training step of a classifier: gradients dropped (``set_to_none``), cross
+    entropy, backward, the optimizer's step; the loss."""
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
 @dataclass(frozen=True)
 class CNNConfig:
     image: int = 32

@@ -14,11 +14,11 @@ import textwrap
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import lazax.executor as lx_exec
 import lazax.modes as lx
 from benchmarks.models import MLP, make_batch
+from benchmarks.models import classifier_step as _mlp_step
 from lazax import ir
 
 DEV = lx.device()
@@ -147,14 +147,6 @@ def test_tensors_saved_for_backward_keep_their_values():
     y.mul_(2)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
-
-
-def _mlp_step(model, opt, x, y):
-    opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    return loss
 
 
 class TiedMLP(torch.nn.Module):

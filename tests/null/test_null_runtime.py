@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import lazax.modes as lx
 from benchmarks.models import MLP, make_batch
+from benchmarks.models import classifier_step as _step
 from lazax import pjrt
 from lazax.executor.testing import null_runtime
 
@@ -33,14 +34,6 @@ def null(monkeypatch):
 
 def counter(name: str) -> int:
     return lx.metrics.counter_value(name) or 0
-
-
-def _step(model, opt, x, y):
-    opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    return loss
 
 
 def _training(batch: int = 16):
