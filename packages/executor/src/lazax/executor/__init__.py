@@ -48,6 +48,7 @@ from .distributed.sharding import (  # noqa: E402
 )
 from .hooks.autocast import install as _install_autocast  # noqa: E402
 from .hooks.autocast import missing_policies as autocast_missing_policies  # noqa: E402
+from .hooks.checkpoint import install as _install_checkpoint  # noqa: E402
 from .hooks.module_moves import install as _install_module_moves  # noqa: E402
 from .hooks.storages import install as _install_storages  # noqa: E402
 from .ops import (  # noqa: E402
@@ -70,6 +71,7 @@ register_kernels()
 _install_module_moves()
 _install_storages()
 _install_autocast()
+_install_checkpoint()
 
 
 def _let_optimizers_use_foreach() -> None:

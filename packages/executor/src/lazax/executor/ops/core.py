@@ -17,7 +17,7 @@ from jax import lax
 
 from ._promotion import cast
 from ._registry import lowering
-from .pseudo import COPY_TO, VIEW_GATHER, VIEW_SCATTER
+from .pseudo import COPY_TO, OPTIMIZATION_BARRIER, VIEW_GATHER, VIEW_SCATTER
 
 aten = torch.ops.aten
 
@@ -104,6 +104,11 @@ def view_scatter(ctx, base, value, size, stride, offset):
 @lowering(COPY_TO)
 def copy_to(ctx, value, shape, dtype):
     return jnp.broadcast_to(cast(value, ctx.dtype), shape)
+
+
+@lowering(OPTIMIZATION_BARRIER)
+def optimization_barrier(ctx, value):
+    return lax.optimization_barrier(value)
 
 
 # The functional form of ``copy_`` (AOTAutograd writes a traced ``.grad`` this way):

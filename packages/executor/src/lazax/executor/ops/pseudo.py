@@ -4,6 +4,8 @@ lowered in this package (``views.py``, ``core.py``, ``sharding.py``).
 - ``lazax::view_gather`` (``view_gather``): a strided view read out of a base.
 - ``lazax::view_scatter`` (``view_scatter``): a value written through a view into a base.
 - ``lazax::copy_to`` (``copy_to``): broadcast and cast to a shape and dtype.
+- ``lazax::optimization_barrier`` (``optimization_barrier``): the same value, which XLA
+  may not merge with another computation of it (a checkpoint's recomputation).
 - ``lazax::shard`` (``sharding.SHARD_OP``): a sharding constraint.
 """
 
@@ -13,10 +15,12 @@ from lazax import ir
 
 __all__ = [
     "COPY_TO",
+    "OPTIMIZATION_BARRIER",
     "VIEW_GATHER",
     "VIEW_SCATTER",
     "contiguous_strides",
     "copy_to",
+    "optimization_barrier",
     "view_gather",
     "view_scatter",
 ]
@@ -24,6 +28,7 @@ __all__ = [
 VIEW_GATHER = "lazax::view_gather"
 VIEW_SCATTER = "lazax::view_scatter"
 COPY_TO = "lazax::copy_to"
+OPTIMIZATION_BARRIER = "lazax::optimization_barrier"
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -55,3 +60,8 @@ def copy_to(value: ir.Value, shape: tuple, dtype: str) -> ir.Value:
     """``value`` broadcast to ``shape`` and cast to ``dtype``."""
     spec = ir.TensorSpec(shape, dtype)
     return ir.Node(COPY_TO, (value,), ((("%", 0), shape, dtype), ()), (spec,)).outputs[0]
+
+
+def optimization_barrier(value: ir.Value) -> ir.Value:
+    """``value``, behind a barrier XLA's optimizations do not see through."""
+    return ir.Node(OPTIMIZATION_BARRIER, (value,), ((("%", 0),), ()), (value.spec,)).outputs[0]
