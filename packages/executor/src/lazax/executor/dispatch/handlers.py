@@ -17,7 +17,7 @@ from ..tensor.lazy import LazyTensor
 from .fallback import fallback
 from .out_checks import checked_out
 from .plans import FUNCTIONAL, INPLACE, VIEW, OpPlan
-from .run import run_plan, upload
+from .run import run_in_place, run_plan, upload
 from .special import SPECIAL, write_outs
 
 __all__ = ["dispatch", "make_handler"]
@@ -148,7 +148,7 @@ def _make_handler(func):
         if torch.Tag.inplace_view in func.tags:
             return _inplace_view_handler(func, _make_handler(functional))
         plan = OpPlan(func, functional.name(), INPLACE, rule.random)
-        return lambda args, kwargs: run_plan(plan, args, kwargs)
+        return lambda args, kwargs: run_in_place(plan, args, kwargs)
     rule = get_lowering(func)
     if rule is None:
         return lambda args, kwargs: fallback(func, args, kwargs)

@@ -34,7 +34,7 @@ from ..tensor.transfer import from_cpu
 from .fallback import fallback
 from .plans import FALLBACK, INPLACE, LIST_SLOT, SCALAR_SLOT, VIEW, NeedsFallback, OpPlan
 
-__all__ = ["apply_eager_sync", "run_plan", "upload"]
+__all__ = ["apply_eager_sync", "run_in_place", "run_plan", "upload"]
 
 aten = torch.ops.aten
 
@@ -75,7 +75,28 @@ def upload(cpu: torch.Tensor) -> LazyTensor:
     return new_tensor(from_cpu(cpu), Layout(tuple(cpu.shape), cpu.dtype))
 
 
-def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
+def run_in_place(plan: OpPlan, args: tuple, kwargs: dict):
+    """An in-place op (``plan.kind == INPLACE``), traced by ``run_plan``; in eager mode the
+    storages it wrote then run at once. The sync runs here, once ``run_plan`` has
+    returned: its frame held the op's new IR, which the donation decision would count
+    as holders of the buffers being overwritten (no donation, with no error to say so)."""
+    if not EXECUTOR.eager:
+        return run_plan(plan, args, kwargs)
+    written: list = []
+    result = run_plan(plan, args, kwargs, written)
+    if written:  # (storages, their values before the write if the op checks values)
+        storages, before = written
+        if before is None:
+            EXECUTOR.sync_storages(storages)
+        else:
+            with restored_if_check_fails(before):
+                EXECUTOR.sync_storages(storages)
+    return result
+
+
+def run_plan(plan: OpPlan, args: tuple, kwargs: dict, written: list | None = None):
+    """Trace one op (see the module docstring). ``written``: for an in-place op in eager
+    mode (``run_in_place``), receives what to sync and what a failed check restores."""
     operands: list = []
     slots = plan.slots
     key = []
@@ -130,20 +151,13 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict):
     if kind == INPLACE:
         target = args[0]
         targets = target if isinstance(target, (list, tuple)) else (target,)
-        if info.checked and EXECUTOR.eager:  # what a failed check puts back
+        before = None
+        if info.checked and written is not None:  # what a failed check puts back
             before = [(t._lz_storage, t._lz_storage.value) for t in targets]
         for t, v in zip(targets, outputs):
             write(t, v)
-        if EXECUTOR.eager:
-            # This frame's references to the new IR would read as holders of the old
-            # buffer, and keep the sync from donating it.
-            del values, node, outputs, v
-            storages = [t._lz_storage for t in targets]
-            if not info.checked:
-                EXECUTOR.sync_storages(storages)
-            else:
-                with restored_if_check_fails(before):
-                    EXECUTOR.sync_storages(storages)
+        if written is not None:  # run_in_place syncs them, after this frame is gone
+            written[:] = [[t._lz_storage for t in targets], before]
         return target if plan.returns_self else None
     layouts = info.layouts
     if not layouts:  # every output masked off (convolution_backward's output_mask)

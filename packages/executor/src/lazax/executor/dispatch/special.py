@@ -56,6 +56,13 @@ def _copy_(args, kwargs):
     if type(dst) is not LazyTensor:
         dst.copy_(to_cpu(src))
         return dst
+    _write_copy(dst, src)
+    if EXECUTOR.eager:  # after _write_copy's frame, which held the new IR, is gone
+        EXECUTOR.sync_storages([dst._lz_storage])
+    return dst
+
+
+def _write_copy(dst: LazyTensor, src) -> None:
     if type(src) is LazyTensor:
         value = ir_value(src)
     else:  # a CPU tensor, or a Python number (``x.copy_(2)``, as torch accepts)
@@ -73,10 +80,6 @@ def _copy_(args, kwargs):
     if value.spec != ir.TensorSpec(shape, dtype):
         value = copy_to(value, shape, dtype)
     write(dst, value)
-    if EXECUTOR.eager:
-        del value  # a holder of the new IR, to the donation decision
-        EXECUTOR.sync_storages([dst._lz_storage])
-    return dst
 
 
 def resize_out(out: LazyTensor, value: LazyTensor) -> None:
