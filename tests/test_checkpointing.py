@@ -58,10 +58,13 @@ def test_checkpointed_training_matches_cpu(mode, reentrant):
     # The reentrant form needs an input that requires grad to run the backward at all.
     x = torch.randn(8, 16, requires_grad=reentrant)
     y = torch.randn(8, 16)
-    step = lambda: _step(model, opt, xd, y.to(DEV))  # noqa: E731
     for _ in range(3):
         ref_loss = _step(ref, ref_opt, x, y)
         xd = x.detach().to(DEV).requires_grad_(reentrant)
+
+        def step(xd=xd):
+            return _step(model, opt, xd, y.to(DEV))
+
         if mode == "eager":
             with lx.eager_mode_context(True):
                 loss = step()

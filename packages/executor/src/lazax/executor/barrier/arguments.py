@@ -41,7 +41,7 @@ PACK_FROM = 2
 class Packing:
     """Where each parameter of a graph travels (see the module docstring)."""
 
-    __slots__ = ("tensors", "packs", "places", "arg_specs")
+    __slots__ = ("singles", "packs", "places", "arg_specs")
 
     def __init__(self, parameters) -> None:
         by_dtype: dict[str, list[int]] = {}
@@ -52,19 +52,20 @@ class Packing:
         # making and passing a one-element array (an eager op with one Python number).
         alone = {slots[0] for slots in by_dtype.values() if len(slots) < PACK_FROM}
         by_dtype = {d: slots for d, slots in by_dtype.items() if len(slots) >= PACK_FROM}
-        tensors = [i for i, p in enumerate(parameters) if p.op != ir.SCALAR or i in alone]
-        self.tensors = tensors
+        # The parameters passed one by one (device data, lone numbers), in order.
+        singles = [i for i, p in enumerate(parameters) if p.op != ir.SCALAR or i in alone]
+        self.singles = singles
         # (numpy dtype, the parameter positions it packs), by dtype name.
         self.packs = [(numpy_dtype(d), by_dtype[d]) for d in sorted(by_dtype)]
         # Per parameter: (argument index, element of a pack or None).
         places: list = [None] * len(parameters)
-        for a, i in enumerate(tensors):
+        for a, i in enumerate(singles):
             places[i] = (a, None)
         for k, (_, slots) in enumerate(self.packs):
             for e, i in enumerate(slots):
-                places[i] = (len(tensors) + k, e)
+                places[i] = (len(singles) + k, e)
         self.places = places
-        specs = [(parameters[i].specs[0].shape, parameters[i].specs[0].dtype) for i in tensors]
+        specs = [(parameters[i].specs[0].shape, parameters[i].specs[0].dtype) for i in singles]
         for d in sorted(by_dtype):
             specs.append(((len(by_dtype[d]),), d))
         self.arg_specs = specs
@@ -72,7 +73,7 @@ class Packing:
     def arrange(self, values: list) -> list:
         if not self.packs:
             return values
-        args = [values[i] for i in self.tensors]
+        args = [values[i] for i in self.singles]
         for dtype, slots in self.packs:
             args.append(np.array([values[i] for i in slots], dtype=dtype))
         return args
@@ -89,6 +90,6 @@ class Packing:
 
     def shardings(self, per_parameter: list) -> list:
         """One sharding per argument: a pack takes its first number's (replicated)."""
-        out = [per_parameter[i] for i in self.tensors]
+        out = [per_parameter[i] for i in self.singles]
         out.extend(per_parameter[slots[0]] for _, slots in self.packs)
         return out

@@ -47,7 +47,7 @@ from .checks import CHECKS
 from .compile import CompileStage
 from .debug import unexpected_execution, user_location, user_site
 from .donation import DonationPolicy
-from .execute import execute, queue_checks
+from .execute import execute
 from .lower import lower
 from .placement import place_arguments, placement
 
@@ -301,14 +301,14 @@ class GraphExecutor:
             sites = [(reached[p].op, reached[p].data) for p, _, _ in checks]
             name = self.graph_name
             if eager:  # the op raises itself, before its outputs are handed out
-                queue_checks(entry, outputs, sites, name, "eager")
+                CHECKS.queue(outputs[-1], checks, sites, name, "eager")
                 CHECKS.resolve(runtime)
             elif donate:
-                queue_checks(entry, outputs, sites, name, "donated")
+                CHECKS.queue(outputs[-1], checks, sites, name, "donated")
             else:
                 nodes = [reached[p] for p, _, _ in checks]
                 undo = (list(targets), roots, results, nodes)
-                queue_checks(entry, outputs, sites, name, "reverted", undo)
+                CHECKS.queue(outputs[-1], checks, sites, name, "reverted", undo)
         return results
 
     def _describe_for_oom(self) -> str:

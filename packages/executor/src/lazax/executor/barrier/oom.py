@@ -24,7 +24,11 @@ def _size(n: int) -> str:
     return f"{n} bytes"  # pragma: no cover
 
 
-def out_of_memory(err, what: str, graph: ir.Graph | None, runtime) -> torch.OutOfMemoryError:
+def out_of_memory(
+    err, what: str, graph: ir.Graph | None, runtime, inputs: list | None = None
+) -> torch.OutOfMemoryError:
+    """``inputs``: the graph's parameters behind the program's first arguments, in order
+    (its Python numbers travel packed after them); default: every parameter."""
     device = runtime.default_device
     stats = runtime.memory_stats(device)
     held = f"{_size(stats['bytes_in_use'])} in use"
@@ -33,8 +37,8 @@ def out_of_memory(err, what: str, graph: ir.Graph | None, runtime) -> torch.OutO
     parts = [f"lazax: out of memory on {runtime.platform}:{device.id} running {what}"]
     if graph is not None:
         sizes = err.args_nbytes
-        # The program takes the device data first, in order, then the packed numbers.
-        inputs = [p for p in graph.parameters if p.op != ir.SCALAR]
+        if inputs is None:
+            inputs = graph.parameters
         largest = sorted(
             ((n, p.specs[0]) for n, p in zip(sizes, inputs) if n), key=lambda t: -t[0]
         )[:3]

@@ -36,7 +36,6 @@ from .plans import FALLBACK, INPLACE, LIST_SLOT, SCALAR_SLOT, VIEW, NeedsFallbac
 
 __all__ = ["apply_eager_sync", "run_in_place", "run_plan", "upload"]
 
-aten = torch.ops.aten
 
 _NP_SCALAR: dict[str, type] = {}
 

@@ -37,7 +37,8 @@ from lazax import ir
 
 from .. import metrics
 from ..barrier.agreement import describe
-from ..barrier.execute import execute, queue_checks
+from ..barrier.checks import CHECKS
+from ..barrier.execute import execute
 from ..barrier.executor import EXECUTOR
 from ..barrier.lower import lower
 from ..barrier.placement import place_arguments, placement
@@ -293,7 +294,7 @@ class Replay:
         checks = entry.annotations.checks
         if checks:  # the results stay (see lazax.executor.barrier.checks)
             sites = [self.sites.get(p, ("?", None)) for p, _, _ in checks]
-            queue_checks(entry, buffers, sites, EXECUTOR.graph_name, "replay")
+            CHECKS.queue(buffers[-1], checks, sites, EXECUTOR.graph_name, "replay")
         specs = self.root_specs
         device = self.device_index
         made = [
