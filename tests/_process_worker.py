@@ -12,6 +12,8 @@ Scenarios:
 - ``diverge``: process 0 reads the loss mid-step (``.item()``), which syncs a graph
   process 1 never builds.
 - ``die``: process 1 exits after two steps; process 0 goes on.
+- ``exit_beating``: the heartbeat beats without pause (it is nearly always inside jax's
+  client), then both processes leave after one small program.
 - ``fail_alone``: process 1 raises an error of its own; process 0 goes on.
 - ``collectives``: torch.distributed's calls on lazax tensors (the "lazax" backend, which
   ``init_process_group`` joins itself), then DistributedDataParallel training, then
@@ -243,6 +245,12 @@ def main() -> None:
         rank = int(os.environ["RANK"])
         lx.distributed.initialize(os.environ["COORDINATOR"], 2, rank, timeout=60)
     else:
+        if scenario == "exit_beating":
+            # Only a private default makes the race certain: a heartbeat thread caught
+            # inside jax's client as the interpreter finalizes aborts the process.
+            from lazax.pjrt import _processes
+
+            _processes._start_heartbeat.__defaults__ = (0.0,)
         heartbeat = int(os.environ.get("HEARTBEAT", "100"))
         lx.distributed.initialize(timeout=60, heartbeat_timeout=heartbeat)
     rank = lx.process_index()
@@ -264,6 +272,8 @@ def main() -> None:
         result.update(collectives())
         result.update(ddp())
         result.update(dynamo())
+    elif scenario == "exit_beating":
+        result["sum"] = (torch.ones(4, device=lx.device()) * 2).sum().item()
     elif scenario == "diverge":
 
         def peek(step, loss):

@@ -221,20 +221,37 @@ def exchange(tag: str, value: bytes, timeout_s: float, what: str = "") -> list[b
 _SEEN: dict[int, tuple] = {}  # process -> (its last counter, when it last moved)
 
 
+_HEARTBEAT: dict[str, Any] = {}  # "stop": Event, "thread": the beating thread
+
+
 def _start_heartbeat(interval_s: float = 1.0) -> None:
     client, me = _client(), jax.process_index()
+    stop = threading.Event()
 
     def beat() -> None:
         count = 0
-        while True:
+        while not stop.is_set():
             count += 1
             try:
                 client.key_value_set(f"lazax/beat/{me}", str(count), allow_overwrite=True)
             except Exception:  # the client shut down: the process is leaving
                 return
-            time.sleep(interval_s)
+            stop.wait(interval_s)
 
-    threading.Thread(target=beat, name="lazax-heartbeat", daemon=True).start()
+    thread = threading.Thread(target=beat, name="lazax-heartbeat", daemon=True)
+    _HEARTBEAT.update(stop=stop, thread=thread)
+    thread.start()
+
+
+def _stop_heartbeat(timeout_s: float = 10.0) -> None:
+    # A daemon thread still inside jax's client when the interpreter finalizes is
+    # ended by the interpreter as it takes the GIL back, and that ending unwinds through
+    # the client's C++ frames, which abort the process ("FATAL: exception not
+    # rethrown", exit status -6). The heartbeat ends before the process leaves.
+    if not _HEARTBEAT:
+        return
+    _HEARTBEAT["stop"].set()
+    _HEARTBEAT["thread"].join(timeout_s)
 
 
 def _try_get(client, key: str):
@@ -341,6 +358,7 @@ def _meet_at_exit(timeout_s: int) -> None:
     if client is None:
         return
     if getattr(sys, "last_value", None) is not None:
+        _stop_heartbeat()
         # Leaving on an uncaught error: the others may wait in a collective for this
         # process. Say so, and do not wait for them.
         try:
@@ -351,6 +369,9 @@ def _meet_at_exit(timeout_s: int) -> None:
     me, count = jax.process_index(), jax.process_count()
     try:
         client.wait_at_barrier("lazax_exit", timeout_s * 1000)
+        # Beating until every process is here: one still working would take a silent
+        # process for a dead one.
+        _stop_heartbeat()
         if me != 0:
             # Disconnect while process 0, which runs the coordinator, is still there.
             jax.distributed.shutdown()
@@ -368,6 +389,8 @@ def _meet_at_exit(timeout_s: int) -> None:
         waiter.join(timeout_s)
     except Exception as err:  # a lost or late process: leave anyway, and say so
         print(f"lazax: leaving without the job's other processes: {err}", file=sys.stderr)
+    finally:
+        _stop_heartbeat()
 
 
 def barrier(tag: str, timeout_s: float) -> None:
