@@ -49,8 +49,10 @@ from .distributed.sharding import (  # noqa: E402
 from .hooks.autocast import install as _install_autocast  # noqa: E402
 from .hooks.autocast import missing_policies as autocast_missing_policies  # noqa: E402
 from .hooks.checkpoint import install as _install_checkpoint  # noqa: E402
+from .hooks.dlpack import install as _install_dlpack  # noqa: E402
 from .hooks.module_moves import install as _install_module_moves  # noqa: E402
 from .hooks.storages import install as _install_storages  # noqa: E402
+from .interop import call_jax, from_jax, register_lowering, to_jax  # noqa: E402
 from .ops import (  # noqa: E402
     DuplicateLoweringError,
     checked_ops,
@@ -72,6 +74,7 @@ _install_module_moves()
 _install_storages()
 _install_autocast()
 _install_checkpoint()
+_install_dlpack()
 
 
 def _let_optimizers_use_foreach() -> None:
@@ -118,12 +121,14 @@ __all__ = [
     "Storage",
     "__version__",
     "apply_eager_sync",
+    "call_jax",
     "autocast_missing_policies",
     "checked_ops",
     "clear_sharding",
     "describe_graph",
     "device",
     "from_cpu",
+    "from_jax",
     "get_lowering",
     "get_sharding",
     "global_tensor",
@@ -138,6 +143,7 @@ __all__ = [
     "new_tensor",
     "place_sharded_arguments",
     "rebind",
+    "register_lowering",
     "save_sharded",
     "registered_ops",
     "replay_signature",
@@ -148,5 +154,6 @@ __all__ = [
     "sync",
     "sync_inputs",
     "sync_tensors_graph",
+    "to_jax",
     "to_cpu",
 ]

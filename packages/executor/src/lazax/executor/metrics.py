@@ -127,6 +127,6 @@ def short_metrics_report() -> str:
         if data:
             lines.append(f"Metric: {name}: {data[0]} samples, {_fmt_seconds(data[1])} total")
     for name in counter_names():
-        if name.startswith("aten::") or name in ("CachedCompile", "UncachedCompile"):
+        if "::" in name or name in ("CachedCompile", "UncachedCompile"):
             lines.append(f"Counter: {name}: {_COUNTERS[name]}")
     return "\n".join(lines) + ("\n" if lines else "")

@@ -47,11 +47,7 @@ __all__ = [
 
 
 def fallback_counts() -> dict[str, int]:
-    return {
-        name: metrics.counter_value(name)
-        for name in metrics.counter_names()
-        if name.startswith("aten::")
-    }
+    return {name: metrics.counter_value(name) for name in metrics.counter_names() if "::" in name}
 
 
 @contextmanager

@@ -10,16 +10,23 @@ lx.metrics.counter_value("CachedCompile")
 mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))   # SPMD over 8 devices
 lx.mark_sharding(weight, mesh, (None, "model"))       # XLA's partitioner splits it
 lx.max_memory_allocated()                             # device memory, as torch.cuda's
+
+y = lx.call_jax(jax_fn, x, w)      # a JAX function as one node of the graph (docs/jax.md)
+a = lx.to_jax(t); t = lx.from_jax(a)                  # the same buffer, no copy
 """
 
 from lazax import executor as _executor
 from lazax.executor import (
     Mesh,
     Sharding,
+    call_jax,
     clear_sharding,
+    from_jax,
     get_sharding,
     mark_sharding,
+    register_lowering,
     shard_shapes,
+    to_jax,
 )
 
 from . import distributed, metrics
@@ -39,6 +46,7 @@ __all__ = [
     "Mesh",
     "Sharding",
     "__version__",
+    "call_jax",
     "clear_sharding",
     "compile",
     "device",
@@ -46,6 +54,7 @@ __all__ = [
     "distributed",
     "eager_mode",
     "eager_mode_context",
+    "from_jax",
     "get_sharding",
     "global_device_count",
     "is_eager_mode",
@@ -57,11 +66,13 @@ __all__ = [
     "metrics",
     "process_count",
     "process_index",
+    "register_lowering",
     "reset_peak_memory_stats",
     "set_persistent_cache_dir",
     "shard_shapes",
     "sync",
     "sync_tensors",
+    "to_jax",
     "wait_device_ops",
 ]
 

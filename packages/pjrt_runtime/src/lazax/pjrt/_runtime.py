@@ -6,6 +6,9 @@ Contract (the narrow interface; a second implementation must stay possible):
   (the same list as ``devices`` unless jax's distributed runtime joined processes),
   ``process_index`` / ``process_count``: this process's place in that job.
 - ``to_device(array, device)``: host numpy array -> device buffer (asynchronous).
+- ``adopt(buffer)``: a ``jax.Array`` made outside lazax, as a buffer of this runtime:
+  the same object (no copy, its sharding kept) when all its devices are this
+  process's, else a copy on the default device; counted in ``memory_stats`` either way.
 - ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer);
   ``SplitAcrossProcessesError`` for a value split over several processes' devices
   (a replicated one reads back whole).
@@ -272,6 +275,14 @@ class PjrtRuntime(JobMethods):
             if is_out_of_memory(err):
                 raise DeviceOutOfMemory(str(err)) from err
             raise
+        self.memory.track((buffer,))
+        return buffer
+
+    def adopt(self, buffer: jax.Array) -> jax.Array:
+        if not isinstance(buffer, jax.Array):
+            raise TypeError(f"expected a jax.Array, got {type(buffer).__name__}")
+        if not buffer.sharding.device_set <= set(self.global_devices):
+            buffer = self.to_device(buffer, self.default_device)
         self.memory.track((buffer,))
         return buffer
 

@@ -1,6 +1,7 @@
 """The CPU fallback: ops with no lowering still run, on the CPU, and are counted.
 
-Contract: ``fallback(func, args, kwargs)`` bumps the counter ``aten::<op>``, counts as
+Contract: ``fallback(func, args, kwargs)`` bumps the counter named by the op's schema
+(``aten::<op>``; a custom op's own namespace, ``mylib::<op>``), counts as
 an execution (refused inside ``compile(full_graph=True)``), reads every lazax argument
 to the CPU (syncing it), runs torch's CPU kernel, writes every argument the op mutates
 back into its lazax tensor (through views), and uploads the new outputs. Outputs that
@@ -61,9 +62,9 @@ def _resizable(value):
 
 
 def fallback(func, args, kwargs):
-    name = func._schema.name.split("::")[-1]
-    EXECUTOR.check_execution_allowed(f"a CPU fallback of aten::{name}")
-    metrics.bump(f"aten::{name}")  # counted only once it is allowed to run
+    name = func._schema.name
+    EXECUTOR.check_execution_allowed(f"a CPU fallback of {name}")
+    metrics.bump(name)  # counted only once it is allowed to run
     # Written tensors are cloned: the CPU kernel may resize them (out=, and in place:
     # addbmm_ on a (1,) self), and a tensor over a numpy buffer cannot be resized.
     positions, names = _written(func)
@@ -100,7 +101,7 @@ def fallback(func, args, kwargs):
                 return written[id(o)]
             if o.layout != torch.strided:
                 raise RuntimeError(
-                    f"aten::{name} gives a {o.layout} tensor, and lazax tensors are strided "
+                    f"{name} gives a {o.layout} tensor, and lazax tensors are strided "
                     f"(dense) only. Make sparse tensors on the CPU, e.g. "
                     f"x.cpu().to_sparse(), and densify them before moving to lazax."
                 )

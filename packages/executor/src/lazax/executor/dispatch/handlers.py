@@ -20,7 +20,7 @@ from .plans import FUNCTIONAL, INPLACE, VIEW, OpPlan
 from .run import run_in_place, run_plan, upload
 from .special import SPECIAL, write_outs
 
-__all__ = ["dispatch", "make_handler"]
+__all__ = ["dispatch", "forget_handlers", "make_handler"]
 
 aten = torch.ops.aten
 
@@ -117,6 +117,11 @@ def _upload_indices(handler):
         return handler(args, kwargs)
 
     return run
+
+
+def forget_handlers() -> None:
+    """Build every op's handler anew at its next call (after ``register_special``)."""
+    _HANDLERS.clear()
 
 
 def make_handler(func):

@@ -11,6 +11,7 @@ from . import (  # noqa: E402,F401
     elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
     foreach,  # the _foreach_* ops optimizers use
     indexing,  # cat/stack, index/index_put, gather/scatter, index_add/copy/fill, take
+    jax_calls,  # lazax::call_jax: a JAX function as one node (+ its vjp)
     linalg,  # mm, bmm, addmm, baddbmm, dot
     losses,  # nll, mse, binary cross entropy, smooth L1/Huber (+ backward)
     nn,  # softmax, layer/group/batch norm, embedding (+ backward)

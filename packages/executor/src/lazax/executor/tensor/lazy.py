@@ -10,6 +10,11 @@ Contract:
 - ``new_tensor``, ``new_alias``, ``rebind`` and ``attach`` make and point tensors;
   ``resize_to`` and ``set_metadata`` change torch's metadata of one.
 Reads to the host (``repr``, ``tolist``, ``numpy``) are given by ``transfer``.
+DLPack (``__dlpack__``, ``__dlpack_device__``) exports the tensor's buffer as jax
+exports it (syncing what is pending): where the platform can export it (CPU, CUDA) the
+consumer shares its memory, elsewhere jax's error says why not. An exported buffer is
+never donated (PJRT refuses), so a later write to the tensor gives it a new buffer and
+leaves the export as it was.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from ..config import DEVICE_NAME
 from ..ops.pseudo import contiguous_strides, view_gather
 from ..state.layout import Layout, layout_over
 from ..state.storage import Storage
-from .transfer import to_cpu
+from .transfer import jax_value, to_cpu
 
 __all__ = [
     "LazyTensor",
@@ -89,6 +94,14 @@ class LazyTensor(torch.Tensor):
 
     def __array__(self, dtype=None):
         return self.numpy()
+
+    def __dlpack__(self, **kwargs):
+        if self.requires_grad:  # torch's own rule and message
+            raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+        return jax_value(self).__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return jax_value(self).__dlpack_device__()
 
 
 _DEVICES = [torch.device(DEVICE_NAME, i) for i in range(64)]

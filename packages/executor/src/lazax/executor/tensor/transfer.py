@@ -3,7 +3,9 @@
 Contract: ``from_cpu(t, device_index)`` uploads a CPU tensor (asynchronously) and
 returns its device-data value; ``to_cpu(t)`` syncs ``t`` if it is pending, waits for
 its value and returns it as a new CPU tensor, then raises the first failed device-side
-check of every program that has finished (``barrier.checks``). A view of materialised data is
+check of every program that has finished (``barrier.checks``). ``jax_value(t)`` syncs
+``t`` if it is pending and returns its buffer, a ``jax.Array`` (not waited for): the
+storage's own for a tensor that is not a view, a new one for a view. A view of materialised data is
 sliced on the host from its base where the base is small (no compile per view).
 Transfers are timed (``TransferToDeviceTime``, ``TransferFromDeviceTime``); running out
 of device memory raises ``torch.OutOfMemoryError``.
@@ -24,7 +26,7 @@ from ..barrier.oom import out_of_memory
 from ..state.dtypes import dtype_name, torch_dtype
 from ..state.values import ir_value
 
-__all__ = ["from_cpu", "host_tensor", "to_cpu", "to_numpy"]
+__all__ = ["from_cpu", "host_tensor", "jax_value", "to_cpu", "to_numpy"]
 
 _VIEW_AS = {
     torch.bfloat16: torch.int16,
@@ -103,6 +105,16 @@ def to_cpu(t: torch.Tensor) -> torch.Tensor:
     # A value computed with an index out of range must not reach the user unflagged.
     EXECUTOR.read_checks(wait=False)
     return out
+
+
+def jax_value(t: torch.Tensor):
+    """``t``'s value as a ``jax.Array`` (see the module docstring)."""
+    if EXECUTOR.capture_guard is not None:
+        EXECUTOR.capture_guard("a read of a tensor's buffer (to JAX or DLPack)")
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+    EXECUTOR.sync_tensors_graph([t], wait=False)
+    return ir_value(t).node.data
 
 
 def host_tensor(buffer, dtype: torch.dtype, shape, read=None) -> torch.Tensor:
