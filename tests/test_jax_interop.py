@@ -211,8 +211,10 @@ def test_to_jax_and_from_jax_share_the_buffer_and_keep_values_apart_after_writes
     np.testing.assert_array_equal(np.asarray(a), np.arange(6.0).reshape(2, 3) * 2)
     torch.testing.assert_close(t.cpu(), torch.arange(6.0).reshape(2, 3) * 2 + 1)
     torch.testing.assert_close(back.cpu(), torch.arange(6.0).reshape(2, 3) * 20)
+    # jnp.asarray reads the same buffer.
+    assert _address(jnp.asarray(back)) == _address(lx.to_jax(back))
     # A view hands out a new buffer of its own value.
-    torch.testing.assert_close(torch.from_numpy(np.asarray(lx.to_jax(t[:, 1]))), t.cpu()[:, 1])
+    np.testing.assert_array_equal(np.asarray(lx.to_jax(t[:, 1])), t.cpu()[:, 1].numpy())
 
 
 def test_sharding_is_kept_both_ways():
@@ -225,6 +227,15 @@ def test_sharding_is_kept_both_ways():
     back = lx.from_jax(a)
     assert lx.shard_shapes(back) == lx.shard_shapes(t)
     torch.testing.assert_close((back + 1).cpu(), t.cpu() + 1)
+    # Inside call_jax, the SPMD program's layout flows through, and jax's own sharding
+    # constraints apply.
+    assert lx.shard_shapes(lx.call_jax(lambda x: x * 3, t)) == lx.shard_shapes(t)
+    whole = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(jax.devices()[:8], ("d",)), jax.sharding.PartitionSpec()
+    )
+    replicated = lx.call_jax(lambda x: jax.lax.with_sharding_constraint(x * 2, whole), t)
+    assert set(lx.shard_shapes(replicated).values()) == {(16, 4)}
+    torch.testing.assert_close(replicated.cpu(), t.cpu() * 2)
 
 
 def test_from_jax_on_another_lazax_device_and_dtypes():

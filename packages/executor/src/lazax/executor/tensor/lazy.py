@@ -14,7 +14,8 @@ DLPack (``__dlpack__``, ``__dlpack_device__``) exports the tensor's buffer as ja
 exports it (syncing what is pending): where the platform can export it (CPU, CUDA) the
 consumer shares its memory, elsewhere jax's error says why not. An exported buffer is
 never donated (PJRT refuses), so a later write to the tensor gives it a new buffer and
-leaves the export as it was.
+leaves the export as it was. ``jnp.asarray(t)`` reads the buffer the same way
+(``__jax_array__``).
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ class LazyTensor(torch.Tensor):
 
     def __dlpack_device__(self):
         return jax_value(self).__dlpack_device__()
+
+    def __jax_array__(self):
+        # jnp.asarray(t) and jnp.array(t): the tensor's buffer (lx.to_jax).
+        return jax_value(self)
 
 
 _DEVICES = [torch.device(DEVICE_NAME, i) for i in range(64)]
