@@ -2,8 +2,9 @@
 
 Contract: ``install()`` (idempotent; done when ``lazax.dynamo`` is imported, which
 ``torch.compile(backend="lazax")`` does through the entry point before it traces) makes
-dynamo treat ``LazyTensor`` as it treats any tensor on a device, and keeps dynamo out of
-lazax's own Python code.
+dynamo treat ``LazyTensor`` as it treats any tensor on a device, keeps dynamo out of
+lazax's own Python code, and has dynamo run ``call_jax``'s preparation instead of
+tracing it.
 
 Why this needs torch internals: dynamo only models plain tensors and *traceable*
 wrapper subclasses (ones that unflatten into inner tensors) as tensors. A lazax tensor is
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from lazax.executor import LazyTensor
+from lazax.executor import LazyTensor, prepare_call_jax
 
 __all__ = ["install"]
 
@@ -132,10 +133,18 @@ def _skip_lazax_frames() -> None:
     set_code_exec_strategy(LazyTensor.__torch_dispatch__.__func__.__code__, skip_all)
 
 
+def _run_call_jax_preparation_eagerly() -> None:
+    """``lx.call_jax`` traces the JAX function with jax on a cache miss: dynamo cannot
+    trace that, and must not break the graph on it. Run once while dynamo traces, its
+    result (the node's code, the output's structure) is a constant of the graph."""
+    torch._dynamo.assume_constant_result(prepare_call_jax)
+
+
 def install() -> None:
     global _installed
     if _installed:
         return
+    _run_call_jax_preparation_eagerly()
     _register_tensor_type()
     _model_as_plain_tensor()
     _capturable_optimizers()

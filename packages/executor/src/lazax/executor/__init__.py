@@ -52,7 +52,7 @@ from .hooks.checkpoint import install as _install_checkpoint  # noqa: E402
 from .hooks.dlpack import install as _install_dlpack  # noqa: E402
 from .hooks.module_moves import install as _install_module_moves  # noqa: E402
 from .hooks.storages import install as _install_storages  # noqa: E402
-from .interop import call_jax, from_jax, register_lowering, to_jax  # noqa: E402
+from .interop import call_jax, from_jax, prepare_call_jax, register_lowering, to_jax  # noqa: E402
 from .ops import (  # noqa: E402
     DuplicateLoweringError,
     checked_ops,
@@ -142,6 +142,7 @@ __all__ = [
     "new_alias",
     "new_tensor",
     "place_sharded_arguments",
+    "prepare_call_jax",
     "rebind",
     "register_lowering",
     "save_sharded",

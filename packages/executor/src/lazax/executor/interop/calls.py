@@ -10,7 +10,8 @@ Contract of ``call_jax(fn, *args, **kwargs)``:
 - On lazax tensors it is one ``lazax::call_jax`` node (``ops.jax_calls``): lowered into
   the same XLA program as the torch ops around it, in lazy, eager and compile mode;
   under ``torch.compile(backend="lazax")`` dynamo records it as that op, without a
-  graph break. On CPU tensors it runs through jax on the host.
+  graph break (``prepare_call_jax`` is what it must not trace). On CPU tensors it runs
+  through jax on the host.
 - The output specs come from ``jax.eval_shape``. Gradients reach every floating or
   complex input through ``jax.vjp`` of ``fn``.
 - The same function, statics and input specs make the same node: a call is prepared
@@ -35,7 +36,7 @@ from lazax.pjrt import numpy_dtype
 from ..ops.jax_calls import CALLS, JaxCall, differentiable_dtype
 from ..state.dtypes import dtype_name, torch_dtype
 
-__all__ = ["call_jax"]
+__all__ = ["call_jax", "prepare_call_jax"]
 
 _TENSOR = "tensor"
 
@@ -101,11 +102,12 @@ def _fingerprint(closed: Any) -> int:
     return int.from_bytes(digest.digest(), "little") >> 2  # fits torch's int
 
 
-@torch._dynamo.assume_constant_result
-def _prepare(fn, desc: Any, specs: tuple) -> tuple[int, Any]:
+def prepare_call_jax(fn, desc: Any, specs: tuple) -> tuple[int, Any]:
     """(the node's function code, the output's description) for ``fn`` called on
-    ``desc`` with tensors of ``specs``; traced with jax once per key. Dynamo runs it
-    once, while it traces, and keeps the result as a constant."""
+    ``desc`` with tensors of ``specs``; traced with jax once per key. ``lazax.dynamo``
+    marks it ``assume_constant_result``: dynamo runs it once, while it traces, and keeps
+    the result as a constant (marked there, so that importing lazax does not import
+    dynamo)."""
     key = (fn, desc, specs)
     try:
         found = _PREPARED.get(key)
@@ -149,5 +151,5 @@ def call_jax(fn, *args, **kwargs):
             "directly, or pass the tensors it computes on"
         )
     specs = tuple((tuple(t.shape), t.dtype) for t in tensors)
-    code, out_desc = _prepare(fn, desc, specs)
+    code, out_desc = prepare_call_jax(fn, desc, specs)
     return _build(out_desc, torch.ops.lazax.call_jax(tensors, code))
