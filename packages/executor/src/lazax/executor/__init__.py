@@ -53,6 +53,7 @@ from .hooks.dlpack import install as _install_dlpack  # noqa: E402
 from .hooks.module_moves import install as _install_module_moves  # noqa: E402
 from .hooks.storages import install as _install_storages  # noqa: E402
 from .interop import call_jax, from_jax, prepare_call_jax, register_lowering, to_jax  # noqa: E402
+from .loops import scan_layers  # noqa: E402
 from .ops import (  # noqa: E402
     DuplicateLoweringError,
     checked_ops,
@@ -144,6 +145,7 @@ __all__ = [
     "place_sharded_arguments",
     "prepare_call_jax",
     "rebind",
+    "scan_layers",
     "register_lowering",
     "save_sharded",
     "registered_ops",

@@ -25,6 +25,7 @@ from lazax.executor import (
     get_sharding,
     mark_sharding,
     register_lowering,
+    scan_layers,
     shard_shapes,
     to_jax,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "process_index",
     "register_lowering",
     "reset_peak_memory_stats",
+    "scan_layers",
     "set_persistent_cache_dir",
     "shard_shapes",
     "sync",

@@ -1,0 +1,208 @@
+"""``scan_layers``: a stack of identical layers as one XLA loop.
+
+Contract of ``scan_layers(layers, x, *extra, checkpoint=False)``:
+- Computes ``for layer in layers: x = layer(x, *extra)`` and returns the last ``x``. A
+  layer may return a tuple or list: its first element is the next ``x`` (the rest is
+  dropped, as a decoder's attention weights are).
+- On lazax tensors it is one ``call_jax`` node whose function is ``lax.scan`` over the
+  layers' stacked parameters and buffers: the program holds one layer's code whatever
+  the depth, and its backward (``jax.vjp`` of the scan) is a loop too. Gradients reach
+  every layer's own ``Parameter`` through the stacking; nothing is renamed, so the
+  optimizer, ``state_dict`` and checkpoints see the usual parameters. On CPU tensors it
+  is the plain loop.
+- ``checkpoint=True`` wraps each step in ``jax.checkpoint``: the backward recomputes
+  each layer's forward from its input instead of keeping its activations.
+- The layers must be structurally identical: the same module type, parameter and buffer
+  names, shapes and dtypes (else ``ValueError`` naming the first layer that differs and
+  how), and the same computation: each layer is traced (not run) on stand-ins, and a
+  layer whose graph differs from the first's (a Python ``if`` on the layer's index, a
+  different config) raises ``ValueError`` naming the first op that differs. What a
+  layer's trace makes besides its inputs (random ops' seeds, Python numbers, tensors it
+  creates) is fed to the loop per layer, so dropout draws what the unrolled loop draws.
+- Refused (``ValueError``): a layer that writes a parameter or buffer in place
+  (batch norm's running statistics in training), or reads a value on the host while it
+  is traced (``.item()``, ``print``). Device-side checks of ops inside the loop
+  (an index out of range) are not made.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from lazax import ir
+
+from ..barrier.executor import EXECUTOR
+from ..barrier.lower import lower
+from ..interop.calls import call_jax
+from ..state.dtypes import torch_dtype
+from ..state.layout import Layout
+from ..state.values import ir_value
+from ..tensor.lazy import LazyTensor, new_tensor
+from .structure import first_difference, placeholders
+
+__all__ = ["scan_layers"]
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _refuse(what: str) -> None:
+    raise ValueError(
+        f"lazax.scan_layers: a layer made {what} while it was traced; a layer run as a "
+        f"loop cannot read values on the host (.item(), print, a Python if on a tensor)"
+    )
+
+
+def _trace(layer, index: int, stand_ins: dict, x_in, extra_in):
+    """One layer's output graph on the stand-ins, and the stand-ins' storages' values
+    after it (to find in-place writes)."""
+    with torch.no_grad(), EXECUTOR.mode(eager=False, capture_guard=_refuse):
+        out = torch.func.functional_call(layer, stand_ins, (x_in, *extra_in))
+    y = _first(out)
+    if type(y) is not LazyTensor or y.shape != x_in.shape or y.dtype != x_in.dtype:
+        got = f"{y.dtype}{list(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ValueError(
+            f"lazax.scan_layers: layer {index} returned {got} for an input "
+            f"{x_in.dtype}{list(x_in.shape)}; a loop needs each layer to return the "
+            f"next input (or a tuple whose first element is it)"
+        )
+    return ir.collect([ir_value(y)])
+
+
+def _written(stand_ins: dict, leaves: dict) -> list[str]:
+    return [
+        name
+        for name, t in stand_ins.items()
+        if t._lz_storage.value is not leaves[name] or t._lz_view is not None
+    ]
+
+
+# (graph hash, roles, per-layer kinds, checkpoint) -> the scan function: one object per
+# loop, so call_jax finds its node again (it caches by function).
+_SCANS: dict[tuple, object] = {}
+
+
+def _scan_function(graph: ir.Graph, roles: tuple, checkpoint: bool):
+    key = (graph.hash, roles, checkpoint)
+    found = _SCANS.get(key)
+    if found is not None:
+        return found
+    body, _ = lower(graph)
+    packing = body.packing
+
+    def pack(values):
+        args = [values[i] for i in packing.singles]
+        for dtype, slots in packing.packs:
+            args.append(jnp.stack([jnp.asarray(values[i], dtype) for i in slots]))
+        return args
+
+    def scan(x, params, extras, per_layer, shared):
+        def step(carry, sliced):
+            layer_params, layer_consts = sliced
+            values = []
+            for kind, k in roles:
+                if kind == "x":
+                    values.append(carry)
+                elif kind == "param":
+                    values.append(layer_params[k])
+                elif kind == "extra":
+                    values.append(extras[k])
+                elif kind == "layer":
+                    values.append(layer_consts[k])
+                else:
+                    values.append(shared[k])
+            return body(*pack(values))[0].astype(carry.dtype), None
+
+        if checkpoint:
+            step = jax.checkpoint(step)
+        y, _ = jax.lax.scan(step, x, (list(params), list(per_layer)))
+        return y
+
+    scan.__qualname__ = f"scan_layers[{graph.hash & 0xFFFF:04x}]"
+    _SCANS[key] = scan
+    return scan
+
+
+def _as_tensor(leaf: ir.Node, device_index: int) -> torch.Tensor:
+    spec = leaf.specs[0]
+    if leaf.op == ir.SCALAR:
+        return torch.tensor(leaf.data, dtype=torch_dtype(spec.dtype)).to(
+            torch.device("lazax", device_index)
+        )
+    return new_tensor(leaf, Layout(spec.shape, torch_dtype(spec.dtype)), device_index)
+
+
+def _same(values: list) -> bool:
+    first = values[0]
+    if isinstance(first, np.generic):
+        return all(v == first for v in values[1:])
+    return all(v is first for v in values[1:])
+
+
+def scan_layers(layers, x: torch.Tensor, *extra, checkpoint: bool = False) -> torch.Tensor:
+    """Run ``x`` through ``layers`` as one loop (see the module docstring)."""
+    layers = list(layers)
+    if not layers:
+        raise ValueError("lazax.scan_layers: no layers to run")
+    if type(x) is not LazyTensor:
+        for layer in layers:
+            x = _first(layer(x, *extra))
+        return x
+    first_difference(layers)  # raises on a structural difference
+    device = x._lz_storage.device_index
+    stand_ins, x_in, extra_in = placeholders(layers[0], x, extra, device)
+    leaves = {name: t._lz_storage.value for name, t in stand_ins.items()}
+    graphs = []
+    for i, layer in enumerate(layers):
+        graph = _trace(layer, i, stand_ins, x_in, extra_in)
+        written = _written(stand_ins, leaves)
+        if written:
+            raise ValueError(
+                f"lazax.scan_layers: layer {i} writes {written} in place (batch norm's "
+                f"running statistics in training do); a loop over layers cannot carry "
+                f"such writes: run these layers unrolled, or in eval mode"
+            )
+        if graphs and graph.hash != graphs[0].hash:
+            raise ValueError(
+                f"lazax.scan_layers: layer {i} does not compute what layer 0 does "
+                f"({_op_difference(graphs[0], graph)}); only identical layers run as a "
+                f"loop"
+            )
+        graphs.append(graph)
+    names = list(stand_ins)
+    by_leaf = {id(leaf): ("param", k) for k, leaf in enumerate(leaves.values())}
+    by_leaf[id(ir_value(x_in))] = ("x", 0)
+    tensors = [t for t in extra_in if isinstance(t, LazyTensor)]
+    for k, t in enumerate(tensors):
+        by_leaf[id(ir_value(t))] = ("extra", k)
+    roles, per_layer, shared = [], [], []
+    for position, leaf in enumerate(graphs[0].parameters):
+        role = by_leaf.get(id(leaf))
+        if role is None:
+            column = [g.parameters[position] for g in graphs]
+            if _same([c.data for c in column]):
+                role = ("shared", len(shared))
+                shared.append(_as_tensor(leaf, device))
+            else:
+                role = ("layer", len(per_layer))
+                per_layer.append(torch.stack([_as_tensor(c, device) for c in column]))
+        roles.append(role)
+    scan = _scan_function(graphs[0], tuple(roles), checkpoint)
+    del graphs, stand_ins, x_in, extra_in, leaves, by_leaf, tensors
+    states = [dict(layer.named_parameters()) | dict(layer.named_buffers()) for layer in layers]
+    params = [torch.stack([state[name] for state in states]) for name in names]
+    extras = [t for t in extra if isinstance(t, torch.Tensor)]
+    return call_jax(scan, x, params, extras, per_layer, shared)
+
+
+def _op_difference(a: ir.Graph, b: ir.Graph) -> str:
+    ops_a = [f"{n.op} -> {', '.join(map(str, n.specs))}" for n in a.nodes]
+    ops_b = [f"{n.op} -> {', '.join(map(str, n.specs))}" for n in b.nodes]
+    for k, (p, q) in enumerate(zip(ops_a, ops_b)):
+        if p != q:
+            return f"op {k} is {q}, where layer 0 has {p}"
+    return f"it has {len(ops_b)} ops, layer 0 has {len(ops_a)}"

@@ -1,0 +1,66 @@
+"""What makes layers one loop: the same structure, and stand-ins to trace them on.
+
+Contract:
+- ``first_difference(layers)`` raises ``ValueError`` naming the first layer whose
+  module types, parameter or buffer names, shapes or dtypes differ from layer 0's, and
+  how; it returns None for identical layers.
+- ``placeholders(layer, x, extra, device)`` -> ``(stand_ins, x_in, extra_in)``: lazax
+  tensors of the right specs over device-data leaves without data, for each parameter
+  and buffer of ``layer`` (by name), for ``x`` and for each tensor in ``extra``
+  (anything else in ``extra`` is passed through). A graph traced on them names its
+  inputs by these leaves; nothing may run them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lazax import ir
+
+from ..state.dtypes import dtype_name
+from ..state.layout import Layout
+from ..tensor.lazy import new_tensor
+
+__all__ = ["first_difference", "placeholders", "state_names"]
+
+
+def state_names(layer: torch.nn.Module) -> list[str]:
+    """Parameter names, then buffer names, of ``layer``."""
+    return [n for n, _ in layer.named_parameters()] + [n for n, _ in layer.named_buffers()]
+
+
+def _describe(layer: torch.nn.Module) -> dict:
+    out = {f"module {name or '(the layer)'}": type(m).__name__ for name, m in layer.named_modules()}
+    for kind, items in (("parameter", layer.named_parameters()), ("buffer", layer.named_buffers())):
+        for name, t in items:
+            out[f"{kind} {name}"] = f"{dtype_name(t.dtype)}{list(t.shape)}"
+    return out
+
+
+def first_difference(layers) -> None:
+    reference = _describe(layers[0])
+    for i, layer in enumerate(layers[1:], start=1):
+        got = _describe(layer)
+        if got == reference:
+            continue
+        for key in list(reference) + [k for k in got if k not in reference]:
+            mine, theirs = got.get(key, "absent"), reference.get(key, "absent")
+            if mine != theirs:
+                raise ValueError(
+                    f"lazax.scan_layers: layer {i} differs from layer 0: its {key} is "
+                    f"{mine}, layer 0's is {theirs}; only structurally identical layers "
+                    f"run as one loop"
+                )
+
+
+def _stand_in(t: torch.Tensor, device: int) -> torch.Tensor:
+    spec = ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype))
+    return new_tensor(ir.device_data(spec, None), Layout(spec.shape, t.dtype), device)
+
+
+def placeholders(layer: torch.nn.Module, x: torch.Tensor, extra: tuple, device: int):
+    state = dict(layer.named_parameters())
+    state.update(layer.named_buffers())
+    stand_ins = {name: _stand_in(t, device) for name, t in state.items()}
+    extra_in = tuple(_stand_in(e, device) if isinstance(e, torch.Tensor) else e for e in extra)
+    return stand_ins, _stand_in(x, device), extra_in

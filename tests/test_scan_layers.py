@@ -1,0 +1,259 @@
+"""lx.scan_layers: identical layers as one XLA loop. Trained in every mode against the
+unrolled loop on the CPU (attention, LayerNorm, buffers, an extra input every layer
+takes), dropout against the unrolled loop on lazax with the same seed, checkpoints
+across scanned and unrolled models, compile counts, and the layers it must refuse."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import jax
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazax.dynamo  # noqa: F401
+import lazax.executor as lx_exec
+import lazax.modes as lx
+from lazax import pjrt
+
+DEV = lx.device()
+WIDTH, HEADS, SEQ = 16, 2, 6
+
+
+def counter(name: str) -> int:
+    return lx.metrics.counter_value(name) or 0
+
+
+class Block(torch.nn.Module):
+    """A pre-norm transformer block: attention with a causal mask passed in, an MLP,
+    dropout, and a buffer (a per-channel gain)."""
+
+    def __init__(self, dropout: float = 0.0):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(WIDTH)
+        self.norm2 = torch.nn.LayerNorm(WIDTH)
+        self.qkv = torch.nn.Linear(WIDTH, 3 * WIDTH)
+        self.proj = torch.nn.Linear(WIDTH, WIDTH)
+        self.up = torch.nn.Linear(WIDTH, 2 * WIDTH)
+        self.down = torch.nn.Linear(2 * WIDTH, WIDTH)
+        self.drop = torch.nn.Dropout(dropout)
+        self.register_buffer("gain", torch.linspace(0.5, 1.5, WIDTH))
+
+    def forward(self, x, mask):
+        b, s, w = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        q, k, v = (t.reshape(b, s, HEADS, -1).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(w // HEADS) + mask
+        h = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, w)
+        x = x + self.drop(self.proj(h))
+        return x + self.drop(self.down(F.gelu(self.up(self.norm2(x))))) * self.gain
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, depth: int = 4, dropout: float = 0.0, scan: bool = False, ckpt=False):
+        super().__init__()
+        self.embed = torch.nn.Linear(WIDTH, WIDTH)
+        self.layers = torch.nn.ModuleList(Block(dropout) for _ in range(depth))
+        self.scan, self.ckpt = scan, ckpt
+
+    def forward(self, x):
+        mask = torch.full((SEQ, SEQ), float("-inf"), device=x.device).triu(1)
+        x = self.embed(x)
+        if self.scan:
+            return lx.scan_layers(self.layers, x, mask, checkpoint=self.ckpt)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+def _data(steps: int):
+    g = torch.Generator().manual_seed(3)
+    return [
+        (torch.randn(2, SEQ, WIDTH, generator=g), torch.randn(2, SEQ, WIDTH, generator=g))
+        for _ in range(steps)
+    ]
+
+
+def _train(model, data, mode: str, device=None) -> list[float]:
+    # SGD: the key projection's bias has a gradient of rounding noise only (softmax
+    # ignores a shift shared by a row), which Adam would scale up to a full step.
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    forward = model
+    if mode == "dynamo":
+        torch._dynamo.reset()
+        forward = torch.compile(model, backend="lazax")
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(forward(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = lx.compile(step) if mode == "compile" else step
+    losses = []
+    for x, y in data:
+        if device is None:
+            losses.append(step(x, y).item())
+            continue
+        x, y = x.to(device), y.to(device)
+        if mode == "eager":
+            with lx.eager_mode_context(True):
+                loss = step(x, y)
+        else:
+            loss = run(x, y)
+            lx.sync()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("ckpt", [False, True], ids=["stored", "checkpointed"])
+@pytest.mark.parametrize("mode", ["lazy", "eager", "compile", "dynamo"])
+def test_scanned_blocks_train_as_the_unrolled_loop_on_the_cpu(mode, ckpt):
+    torch.manual_seed(0)
+    reference = Stack(4)
+    model = copy.deepcopy(reference)
+    model.scan, model.ckpt = True, ckpt
+    data = _data(4)
+    expected = _train(reference, data, "lazy")
+    got = _train(model.to(DEV), data, mode, DEV)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    for (name, p_ref), p in zip(reference.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _step_program(depth: int, scan: bool) -> str:
+    """The StableHLO lazax hands XLA for one lazy training step of the stack."""
+    torch.manual_seed(0)
+    model = Stack(depth, scan=scan).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = (t.to(DEV) for t in _data(1)[0])
+    lx.sync()
+    graphs = []
+    lx_exec.EXECUTOR.graph_hooks.append(lambda name, graph: graphs.append(graph))
+    try:
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+        lx.sync()
+    finally:
+        lx_exec.EXECUTOR.graph_hooks.pop()
+    fn, arg_specs = lx_exec.lower_graph(graphs[-1])
+    avals = [jax.ShapeDtypeStruct(shape, pjrt.numpy_dtype(dtype)) for shape, dtype in arg_specs]
+    return jax.jit(fn).lower(*avals).as_text()
+
+
+def test_the_program_holds_one_layer_whatever_the_depth():
+    dots = {
+        (depth, scan): _step_program(depth, scan).count("stablehlo.dot_general")
+        for depth in (2, 6)
+        for scan in (False, True)
+    }
+    assert dots[(2, True)] == dots[(6, True)]  # one layer's forward and backward
+    assert dots[(6, False)] > 2 * dots[(2, False)] - dots[(2, True)]  # unrolled grows
+    assert dots[(6, True)] < dots[(6, False)] / 2
+
+
+def test_steady_steps_compile_nothing():
+    torch.manual_seed(0)
+    model = Stack(3, scan=True).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiles = []
+    for x, y in _data(4):
+        before = counter("UncachedCompile")
+        opt.zero_grad()
+        F.mse_loss(model(x.to(DEV)), y.to(DEV)).backward()
+        opt.step()
+        lx.sync()
+        compiles.append(counter("UncachedCompile") - before)
+    # The first step and the second (the gradients now exist, and zero_grad writes
+    # them), then nothing: as the unrolled loop.
+    assert compiles == [1, 1, 0, 0], compiles
+
+
+def test_dropout_draws_what_the_unrolled_loop_draws():
+    torch.manual_seed(0)
+    unrolled = Stack(3, dropout=0.3).to(DEV)
+    scanned = copy.deepcopy(unrolled)
+    scanned.scan = True
+    x = torch.randn(2, SEQ, WIDTH).to(DEV)
+    outs = []
+    for model in (unrolled, scanned):
+        torch.manual_seed(7)
+        out = model(x)
+        out.sum().backward()
+        outs.append((out.cpu(), [p.grad.cpu() for p in model.parameters()]))
+    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-5, atol=1e-6)
+    for g_scan, g_unrolled in zip(outs[1][1], outs[0][1]):
+        torch.testing.assert_close(g_scan, g_unrolled, rtol=1e-4, atol=1e-5)
+    # A second call draws new masks, as the unrolled loop does.
+    torch.manual_seed(8)
+    assert not torch.equal(scanned(x).cpu(), outs[1][0])
+
+
+def test_a_checkpoint_moves_between_scanned_and_unrolled_models(tmp_path):
+    torch.manual_seed(0)
+    scanned = Stack(3, scan=True).to(DEV)
+    _train(scanned, _data(2), "lazy", DEV)
+    path = tmp_path / "scanned.pt"
+    torch.save(scanned.state_dict(), path)
+    unrolled = Stack(3)
+    unrolled.load_state_dict(torch.load(path, map_location="cpu"))
+    x = torch.randn(2, SEQ, WIDTH)
+    torch.testing.assert_close(scanned(x.to(DEV)).cpu(), unrolled(x).detach(), rtol=1e-5, atol=1e-6)
+    assert [n for n, _ in scanned.state_dict().items()] == list(unrolled.state_dict())
+
+
+class Indexed(torch.nn.Module):
+    def __init__(self, index: int):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.index = index
+
+    def forward(self, x):
+        if self.index % 2:  # a Python if on the layer's index
+            return self.fc(x).relu()
+        return self.fc(x)
+
+
+class Counting(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        return self.fc(x)
+
+
+class Reading(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x) * float(x.sum())
+
+
+def test_layers_that_cannot_loop_raise_saying_which_and_why():
+    x = torch.randn(2, 4).to(DEV)
+    widths = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4, bias=False)])
+    with pytest.raises(ValueError, match="layer 1 differs from layer 0: its parameter bias"):
+        lx.scan_layers(widths.to(DEV), x)
+    with pytest.raises(ValueError, match="layer 1 does not compute what layer 0 does"):
+        lx.scan_layers(torch.nn.ModuleList(Indexed(i) for i in range(3)).to(DEV), x)
+    with pytest.raises(ValueError, match=r"layer 0 writes \['calls'\] in place"):
+        lx.scan_layers(torch.nn.ModuleList(Counting() for _ in range(2)).to(DEV), x)
+    with pytest.raises(ValueError, match="cannot read values on the host"):
+        lx.scan_layers(torch.nn.ModuleList(Reading() for _ in range(2)).to(DEV), x)
+    wrong = torch.nn.ModuleList(torch.nn.Linear(4, 3) for _ in range(2)).to(DEV)
+    with pytest.raises(ValueError, match="returned torch.float32"):
+        lx.scan_layers(wrong, x)
+    # On CPU tensors it is the plain loop.
+    cpu = torch.nn.ModuleList(Indexed(i) for i in range(3))
+    y = torch.randn(2, 4)
+    expected = cpu[2](cpu[1](cpu[0](y)))
+    torch.testing.assert_close(lx.scan_layers(cpu, y), expected)
