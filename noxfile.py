@@ -66,7 +66,7 @@ def _workers() -> str:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole test suite, as configured by pytest.ini, over pytest-xdist workers."""
-    install_all(session, "tqdm", "hypothesis", "expecttest", "pytest-xdist")
+    install_all(session, "tqdm", "hypothesis", "expecttest", "pytest-xdist", "transformers")
     session.run("pytest", "-n", _workers(), *session.posargs)
 
 

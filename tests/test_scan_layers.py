@@ -184,6 +184,7 @@ def test_dropout_draws_what_the_unrolled_loop_draws():
         torch.manual_seed(7)
         out = model(x)
         out.sum().backward()
+        lx.sync()  # one graph, not one per gradient read
         outs.append((out.cpu(), [p.grad.cpu() for p in model.parameters()]))
     torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-5, atol=1e-6)
     for g_scan, g_unrolled in zip(outs[1][1], outs[0][1]):

@@ -10,6 +10,7 @@ recompile), so a test or a launcher that sets a variable before that point is ob
 |---|---|---|
 | ``LAZAX_USE_EAGER_MODE`` | 0 | start in eager mode (every op runs at once) |
 | ``LAZAX_PENDING_GRAPH_WARN_DEPTH`` | 20000 | warn (once) when a pending graph gets this deep |
+| ``LAZAX_SCAN_LAYERS`` | 0 | loops over identical layers of a ModuleList as one XLA loop |
 | ``LAZAX_DONATION`` | 1 | donate inputs that nothing can read after a sync |
 | ``LAZAX_CHECKS`` | 1 | device-side checks of bad indices and targets (a key part) |
 | ``LAZAX_DEBUG_RECOMPILES`` | 0 | print each recompile report to stderr |
@@ -48,6 +49,7 @@ class Settings:
     checks: bool
     debug_recompiles: bool
     distributed_timeout_s: float
+    scan_layers: bool
 
 
 def settings() -> Settings:
@@ -60,4 +62,5 @@ def settings() -> Settings:
         checks=_flag("LAZAX_CHECKS", True),
         debug_recompiles=_flag("LAZAX_DEBUG_RECOMPILES", False),
         distributed_timeout_s=float(env.get("LAZAX_DISTRIBUTED_TIMEOUT", "300")),
+        scan_layers=_flag("LAZAX_SCAN_LAYERS", False),
     )

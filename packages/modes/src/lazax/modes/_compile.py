@@ -2,7 +2,8 @@
 
 Contract of a region (``lx.compile(fn)``, ``@lx.compile``, ``@lx.compile(...)`` or
 ``with lx.compile(name=...)``), per entry:
-1. Save the eager flag, allow-execution and the graph name; turn eager off.
+1. Save the eager flag, allow-execution, the graph name and the layer-loop flag; turn
+   eager off, and automatic layer loops on if ``scan_layers`` says so.
 2. Flush what is already pending under the graph name ``<name>_clear_pending`` (data
    loading must not leak into the step graph), then name the graph ``<name>``.
 3. Allow execution only if ``full_graph`` is False; open the graph-count session
@@ -30,8 +31,11 @@ _SESSIONS: dict[object, GraphCountSession] = {}
 class CompiledRegion:
     """A compiled region: call it (a wrapped function) or enter it (``with``)."""
 
-    def __init__(self, fn, full_graph: bool, name: str | None, max_different_graphs) -> None:
+    def __init__(
+        self, fn, full_graph: bool, name: str | None, max_different_graphs, scan_layers=None
+    ) -> None:
         self.fn = fn
+        self.scan_layers = scan_layers
         self.full_graph = full_graph
         self.name = name if name is not None else getattr(fn, "__name__", None)
         self.max_different_graphs = max_different_graphs
@@ -44,7 +48,7 @@ class CompiledRegion:
         if self.fn is None:
             if len(args) == 1 and not kwargs and callable(args[0]):
                 return CompiledRegion(
-                    args[0], self.full_graph, self.name, self.max_different_graphs
+                    args[0], self.full_graph, self.name, self.max_different_graphs, self.scan_layers
                 )
             raise TypeError(
                 "this compile() region wraps no function: use it as a decorator, "
@@ -73,6 +77,7 @@ class CompiledRegion:
             graph_name=flush_name,
             allow_execution=ex.allow_execution,
             graph_count_session=ex.graph_count_session,
+            scan_layers=ex.scan_layers if self.scan_layers is None else self.scan_layers,
         )
         mode.__enter__()
         self._modes.append(mode)
@@ -101,6 +106,7 @@ def compile(
     full_graph: bool = False,
     name: str | None = None,
     max_different_graphs: int | None = None,
+    scan_layers: bool | None = None,
 ):
     """Trace ``fn`` (or a ``with`` block) as one graph per call.
 
@@ -108,7 +114,10 @@ def compile(
     branch, a CPU-fallback op) raises ``RuntimeError`` naming your file and line, after a
     report on stderr. ``name`` defaults to ``fn.__name__``. ``max_different_graphs=N``:
     raise, before compiling, when the region would trace an (N+1)-th different graph.
+    ``scan_layers=True``: a loop over a ``ModuleList`` of identical layers in the region
+    (a Hugging Face decoder's) compiles as one XLA loop, with no change to the model
+    (``lx.scan_layers``; None: as ``LAZAX_SCAN_LAYERS`` says).
     """
     if max_different_graphs is not None and max_different_graphs < 1:
         raise ValueError(f"max_different_graphs must be at least 1, but got {max_different_graphs}")
-    return CompiledRegion(fn, full_graph, name, max_different_graphs)
+    return CompiledRegion(fn, full_graph, name, max_different_graphs, scan_layers)

@@ -54,7 +54,14 @@ from .placement import place_arguments, placement
 __all__ = ["EXECUTOR", "GraphExecutor"]
 
 # The flags ``GraphExecutor.mode`` may change for the length of a block.
-MODE_FLAGS = ("eager", "allow_execution", "graph_name", "capture_guard", "graph_count_session")
+MODE_FLAGS = (
+    "eager",
+    "allow_execution",
+    "graph_name",
+    "capture_guard",
+    "graph_count_session",
+    "scan_layers",
+)
 
 
 class GraphExecutor:
@@ -64,6 +71,9 @@ class GraphExecutor:
     def __init__(self) -> None:
         config = settings()
         self.eager = config.eager
+        # Loops over a ModuleList of identical layers run as one XLA loop
+        # (``loops.auto``): lx.compile(scan_layers=True), or LAZAX_SCAN_LAYERS=1.
+        self.scan_layers = config.scan_layers
         self.allow_execution = True
         self.graph_name: str | None = None
         # Called with (graph_name, graph) before each graph runs (tests, tools).

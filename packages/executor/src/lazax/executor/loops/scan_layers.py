@@ -1,7 +1,9 @@
 """``scan_layers``: a stack of identical layers as one XLA loop.
 
-Contract of ``scan_layers(layers, x, *extra, checkpoint=False)``:
-- Computes ``for layer in layers: x = layer(x, *extra)`` and returns the last ``x``. A
+Contract of ``scan_layers(layers, x, *args, checkpoint=False, **kwargs)``:
+- Computes ``for layer in layers: x = layer(x, *args, **kwargs)`` and returns the last
+  ``x``. ``args``/``kwargs`` (tensors, nested in tuples, lists and dicts, and other
+  values) are the same for every layer. A
   layer may return a tuple or list: its first element is the next ``x`` (the rest is
   dropped, as a decoder's attention weights are).
 - On lazax tensors it is one ``call_jax`` node whose function is ``lax.scan`` over the
@@ -27,6 +29,9 @@ Contract of ``scan_layers(layers, x, *extra, checkpoint=False)``:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,7 +48,7 @@ from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor, new_tensor
 from .structure import first_difference, placeholders
 
-__all__ = ["scan_layers"]
+__all__ = ["Loop", "prepare_loop", "scan_layers"]
 
 
 def _first(out):
@@ -57,11 +62,11 @@ def _refuse(what: str) -> None:
     )
 
 
-def _trace(layer, index: int, stand_ins: dict, x_in, extra_in):
-    """One layer's output graph on the stand-ins, and the stand-ins' storages' values
-    after it (to find in-place writes)."""
+def _trace(layer, index: int, stand_ins: dict, x_in, args_in, kwargs_in):
+    """One layer's traced output graph on the stand-ins, and its output's other
+    elements (a tuple's after the first)."""
     with torch.no_grad(), EXECUTOR.mode(eager=False, capture_guard=_refuse):
-        out = torch.func.functional_call(layer, stand_ins, (x_in, *extra_in))
+        out = torch.func.functional_call(layer, stand_ins, (x_in, *args_in), kwargs_in)
     y = _first(out)
     if type(y) is not LazyTensor or y.shape != x_in.shape or y.dtype != x_in.dtype:
         got = f"{y.dtype}{list(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
@@ -70,7 +75,8 @@ def _trace(layer, index: int, stand_ins: dict, x_in, extra_in):
             f"{x_in.dtype}{list(x_in.shape)}; a loop needs each layer to return the "
             f"next input (or a tuple whose first element is it)"
         )
-    return ir.collect([ir_value(y)])
+    rest = tuple(out[1:]) if isinstance(out, (tuple, list)) else None
+    return ir.collect([ir_value(y)]), (type(out), rest) if rest is not None else None
 
 
 def _written(stand_ins: dict, leaves: dict) -> list[str]:
@@ -86,8 +92,8 @@ def _written(stand_ins: dict, leaves: dict) -> list[str]:
 _SCANS: dict[tuple, object] = {}
 
 
-def _scan_function(graph: ir.Graph, roles: tuple, checkpoint: bool):
-    key = (graph.hash, roles, checkpoint)
+def _scan_function(graph: ir.Graph, roles: tuple, checkpoint: bool, carries: bool):
+    key = (graph.hash, roles, checkpoint, carries)
     found = _SCANS.get(key)
     if found is not None:
         return found
@@ -115,12 +121,13 @@ def _scan_function(graph: ir.Graph, roles: tuple, checkpoint: bool):
                     values.append(layer_consts[k])
                 else:
                     values.append(shared[k])
-            return body(*pack(values))[0].astype(carry.dtype), None
+            y = body(*pack(values))[0].astype(carry.dtype)
+            return y, (y if carries else None)
 
         if checkpoint:
             step = jax.checkpoint(step)
-        y, _ = jax.lax.scan(step, x, (list(params), list(per_layer)))
-        return y
+        y, ys = jax.lax.scan(step, x, (list(params), list(per_layer)))
+        return ys if carries else y
 
     scan.__qualname__ = f"scan_layers[{graph.hash & 0xFFFF:04x}]"
     _SCANS[key] = scan
@@ -143,23 +150,36 @@ def _same(values: list) -> bool:
     return all(v is first for v in values[1:])
 
 
-def scan_layers(layers, x: torch.Tensor, *extra, checkpoint: bool = False) -> torch.Tensor:
-    """Run ``x`` through ``layers`` as one loop (see the module docstring)."""
-    layers = list(layers)
-    if not layers:
-        raise ValueError("lazax.scan_layers: no layers to run")
-    if type(x) is not LazyTensor:
-        for layer in layers:
-            x = _first(layer(x, *extra))
-        return x
+@dataclass
+class Loop:
+    """A prepared loop: its scan function and the tensors it takes besides ``x``."""
+
+    scan: Any
+    params: list  # one stacked tensor per parameter or buffer name
+    extras: list  # the tensors every layer takes
+    per_layer: list  # stacked: what each layer's trace made (seeds, numbers, tensors)
+    shared: list  # what every layer's trace made alike
+    output: Any  # None: layers return a tensor; else (tuple or list, the other elements)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        """The loop's output (every layer's, stacked, if it was prepared so)."""
+        return call_jax(self.scan, x, self.params, self.extras, self.per_layer, self.shared)
+
+
+def prepare_loop(layers: list, x, args: tuple, kwargs: dict, checkpoint: bool, carries: bool):
+    """The loop over ``layers`` called as ``layer(x, *args, **kwargs)`` (``ValueError``
+    when they cannot run as one; see the module docstring). ``carries``: the loop
+    returns every layer's output, stacked, instead of the last."""
     first_difference(layers)  # raises on a structural difference
     device = x._lz_storage.device_index
-    stand_ins, x_in, extra_in = placeholders(layers[0], x, extra, device)
-    leaves = {name: t._lz_storage.value for name, t in stand_ins.items()}
-    graphs = []
+    leaves, tree = torch.utils._pytree.tree_flatten((args, kwargs))
+    stand_ins, x_in, leaves_in = placeholders(layers[0], x, leaves, device)
+    args_in, kwargs_in = torch.utils._pytree.tree_unflatten(leaves_in, tree)
+    values = {name: t._lz_storage.value for name, t in stand_ins.items()}
+    graphs, output = [], None
     for i, layer in enumerate(layers):
-        graph = _trace(layer, i, stand_ins, x_in, extra_in)
-        written = _written(stand_ins, leaves)
+        graph, output = _trace(layer, i, stand_ins, x_in, args_in, kwargs_in)
+        written = _written(stand_ins, values)
         if written:
             raise ValueError(
                 f"lazax.scan_layers: layer {i} writes {written} in place (batch norm's "
@@ -173,11 +193,10 @@ def scan_layers(layers, x: torch.Tensor, *extra, checkpoint: bool = False) -> to
                 f"loop"
             )
         graphs.append(graph)
-    names = list(stand_ins)
-    by_leaf = {id(leaf): ("param", k) for k, leaf in enumerate(leaves.values())}
+    by_leaf = {id(leaf): ("param", k) for k, leaf in enumerate(values.values())}
     by_leaf[id(ir_value(x_in))] = ("x", 0)
-    tensors = [t for t in extra_in if isinstance(t, LazyTensor)]
-    for k, t in enumerate(tensors):
+    tensors_in = [t for t in leaves_in if isinstance(t, LazyTensor)]
+    for k, t in enumerate(tensors_in):
         by_leaf[id(ir_value(t))] = ("extra", k)
     roles, per_layer, shared = [], [], []
     for position, leaf in enumerate(graphs[0].parameters):
@@ -191,12 +210,25 @@ def scan_layers(layers, x: torch.Tensor, *extra, checkpoint: bool = False) -> to
                 role = ("layer", len(per_layer))
                 per_layer.append(torch.stack([_as_tensor(c, device) for c in column]))
         roles.append(role)
-    scan = _scan_function(graphs[0], tuple(roles), checkpoint)
-    del graphs, stand_ins, x_in, extra_in, leaves, by_leaf, tensors
+    scan = _scan_function(graphs[0], tuple(roles), checkpoint, carries)
+    names = list(stand_ins)
+    del graphs, stand_ins, x_in, leaves_in, args_in, kwargs_in, values, by_leaf, tensors_in
     states = [dict(layer.named_parameters()) | dict(layer.named_buffers()) for layer in layers]
     params = [torch.stack([state[name] for state in states]) for name in names]
-    extras = [t for t in extra if isinstance(t, torch.Tensor)]
-    return call_jax(scan, x, params, extras, per_layer, shared)
+    extras = [t for t in leaves if isinstance(t, torch.Tensor)]
+    return Loop(scan, params, extras, per_layer, shared, output)
+
+
+def scan_layers(layers, x: torch.Tensor, *args, checkpoint: bool = False, **kwargs):
+    """Run ``x`` through ``layers`` as one loop (see the module docstring)."""
+    layers = list(layers)
+    if not layers:
+        raise ValueError("lazax.scan_layers: no layers to run")
+    if type(x) is not LazyTensor:
+        for layer in layers:
+            x = _first(layer(x, *args, **kwargs))
+        return x
+    return prepare_loop(layers, x, args, kwargs, checkpoint, carries=False).run(x)
 
 
 def _op_difference(a: ir.Graph, b: ir.Graph) -> str:

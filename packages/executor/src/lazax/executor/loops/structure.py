@@ -4,10 +4,10 @@ Contract:
 - ``first_difference(layers)`` raises ``ValueError`` naming the first layer whose
   module types, parameter or buffer names, shapes or dtypes differ from layer 0's, and
   how; it returns None for identical layers.
-- ``placeholders(layer, x, extra, device)`` -> ``(stand_ins, x_in, extra_in)``: lazax
+- ``placeholders(layer, x, leaves, device)`` -> ``(stand_ins, x_in, leaves_in)``: lazax
   tensors of the right specs over device-data leaves without data, for each parameter
-  and buffer of ``layer`` (by name), for ``x`` and for each tensor in ``extra``
-  (anything else in ``extra`` is passed through). A graph traced on them names its
+  and buffer of ``layer`` (by name), for ``x`` and for each tensor in ``leaves``
+  (anything else in ``leaves`` is passed through). A graph traced on them names its
   inputs by these leaves; nothing may run them.
 """
 
@@ -21,12 +21,7 @@ from ..state.dtypes import dtype_name
 from ..state.layout import Layout
 from ..tensor.lazy import new_tensor
 
-__all__ = ["first_difference", "placeholders", "state_names"]
-
-
-def state_names(layer: torch.nn.Module) -> list[str]:
-    """Parameter names, then buffer names, of ``layer``."""
-    return [n for n, _ in layer.named_parameters()] + [n for n, _ in layer.named_buffers()]
+__all__ = ["first_difference", "placeholders"]
 
 
 def _describe(layer: torch.nn.Module) -> dict:
@@ -58,9 +53,9 @@ def _stand_in(t: torch.Tensor, device: int) -> torch.Tensor:
     return new_tensor(ir.device_data(spec, None), Layout(spec.shape, t.dtype), device)
 
 
-def placeholders(layer: torch.nn.Module, x: torch.Tensor, extra: tuple, device: int):
+def placeholders(layer: torch.nn.Module, x: torch.Tensor, leaves: list, device: int):
     state = dict(layer.named_parameters())
     state.update(layer.named_buffers())
     stand_ins = {name: _stand_in(t, device) for name, t in state.items()}
-    extra_in = tuple(_stand_in(e, device) if isinstance(e, torch.Tensor) else e for e in extra)
-    return stand_ins, _stand_in(x, device), extra_in
+    leaves_in = [_stand_in(e, device) if isinstance(e, torch.Tensor) else e for e in leaves]
+    return stand_ins, _stand_in(x, device), leaves_in

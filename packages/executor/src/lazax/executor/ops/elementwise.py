@@ -210,12 +210,18 @@ def pow(ctx, self, exponent):
     if is_number(exponent, -1):
         return fit(ctx, 1 / a)
     if e.ndim == 0:
+        # Each fast path reads ``a`` only where it is taken (1 elsewhere): jax's
+        # derivative of the rule (a layer loop's backward is one) would otherwise
+        # multiply the zero gradient of an untaken sqrt(-x) or 1/0 into a NaN.
+        def taken(path):
+            return jnp.where(path, a, jnp.ones_like(a))
+
         out = jnp.where(e == 2, a * a, jnp.power(a, e))
         out = jnp.where(e == 3, a * a * a, out)
-        out = jnp.where(e == 0.5, jnp.sqrt(a), out)
-        out = jnp.where(e == -0.5, 1 / jnp.sqrt(a), out)
-        out = jnp.where(e == -2, 1 / (a * a), out)
-        return fit(ctx, jnp.where(e == -1, 1 / a, out))
+        out = jnp.where(e == 0.5, jnp.sqrt(taken(e == 0.5)), out)
+        out = jnp.where(e == -0.5, 1 / jnp.sqrt(taken(e == -0.5)), out)
+        out = jnp.where(e == -2, 1 / jnp.square(taken(e == -2)), out)
+        return fit(ctx, jnp.where(e == -1, 1 / taken(e == -1), out))
     return fit(ctx, jnp.power(a, e))
 
 
