@@ -140,11 +140,32 @@ def _run_call_jax_preparation_eagerly() -> None:
     torch._dynamo.assume_constant_result(prepare_call_jax)
 
 
+def _control_flow_past_aot_checks() -> None:
+    """On a compiled graph's first call, AOTAutograd runs it under a dispatch mode that
+    checks custom ops for aliasing and answers NotImplemented for tensor types it does
+    not know; for a higher-order operator (``torch.cond``, ``while_loop``, ``scan``)
+    torch returns that NotImplemented as the result instead of trying the lazax tensor's
+    rule (torch 2.13). The operators are passed through that mode to lazax's rules (the
+    check concerns custom ops, not these)."""
+    from torch._functorch._aot_autograd import runtime_wrappers
+    from torch._higher_order_ops.cond import cond_op
+    from torch._higher_order_ops.scan import scan_op
+    from torch._higher_order_ops.while_loop import while_loop_op
+
+    mode = getattr(runtime_wrappers, "_AnalyzeCustomOpInputOutputMode", None)
+    if mode is None:  # a torch without the check: nothing to pass through
+        return
+    for op in (cond_op, while_loop_op, scan_op):
+        if mode not in op.python_key_table:
+            op.py_impl(mode)(lambda _mode, *args, op=op, **kwargs: op(*args, **kwargs))
+
+
 def install() -> None:
     global _installed
     if _installed:
         return
     _run_call_jax_preparation_eagerly()
+    _control_flow_past_aot_checks()
     _register_tensor_type()
     _model_as_plain_tensor()
     _capturable_optimizers()

@@ -53,7 +53,7 @@ from .hooks.dlpack import install as _install_dlpack  # noqa: E402
 from .hooks.module_moves import install as _install_module_moves  # noqa: E402
 from .hooks.storages import install as _install_storages  # noqa: E402
 from .interop import call_jax, from_jax, prepare_call_jax, register_lowering, to_jax  # noqa: E402
-from .loops import install_auto_loops, scan_layers  # noqa: E402
+from .loops import install_auto_loops, install_control_flow, scan_layers  # noqa: E402
 from .ops import (  # noqa: E402
     DuplicateLoweringError,
     checked_ops,
@@ -77,6 +77,7 @@ _install_autocast()
 _install_checkpoint()
 _install_dlpack()
 install_auto_loops()
+install_control_flow()
 
 
 def _let_optimizers_use_foreach() -> None:

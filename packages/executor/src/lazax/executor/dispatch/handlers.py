@@ -3,7 +3,9 @@
 Contract: the op's handler is built once per overload: a special rule (``special``:
 copies, transfers, reads, and what the hooks register), an ``OpPlan`` run by
 ``run.run_plan`` when a lowering exists (in-place ops use their functional rule and
-write back; ``out=`` overloads run it and copy into ``out``), else the CPU fallback.
+write back; ``out=`` overloads run it and copy into ``out``), else torch's own
+decomposition for a composite op that reached lazax below autograd, else the CPU
+fallback.
 Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``).
 """
 
@@ -156,9 +158,33 @@ def _make_handler(func):
         return lambda args, kwargs: run_in_place(plan, args, kwargs)
     rule = get_lowering(func)
     if rule is None:
+        view = _view_of_copy(func)
+        if view is not None:  # unsqueeze_copy: the view, copied out (functionalized code)
+            view_handler = _make_handler(view)
+            return lambda args, kwargs: view_handler(args, kwargs).clone(
+                memory_format=torch.contiguous_format
+            )
+        if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+            # Reached below autograd (a higher-order operator's body, inference code
+            # under _AutoDispatchBelowAutograd), where torch does not decompose it:
+            # torch's own decomposition, into ops lazax lowers.
+            return lambda args, kwargs: func.decompose(*args, **kwargs)
         return lambda args, kwargs: fallback(func, args, kwargs)
     plan = OpPlan(func, func.name(), VIEW if _is_view(func) else FUNCTIONAL, rule.random)
     return lambda args, kwargs: run_plan(plan, args, kwargs)
+
+
+def _view_of_copy(func):
+    """``aten::<view>_copy.<overload>`` -> ``aten::<view>.<overload>`` when lazax lowers
+    that view op (functionalization writes views as these copies)."""
+    namespace, _, name = func._schema.name.partition("::")
+    if namespace != "aten" or not name.endswith("_copy"):
+        return None
+    packet = getattr(aten, name[: -len("_copy")], None)
+    view = getattr(packet, func._overloadname, None) if packet is not None else None
+    if view is None or get_lowering(view) is None or not _is_view(view):
+        return None
+    return view
 
 
 def _inplace_view_handler(func, view_handler):

@@ -55,6 +55,10 @@ class _AutoLoop:
         self.next = 0
         self.last = None  # (the tensor handed out, its IR value then)
         self.arguments = None  # (leaves, their IR values or values, the tree)
+        self.busy = False  # inside a call: a call of a layer now is its own forward
+
+    def release(self) -> None:
+        self.outputs = self.last = self.arguments = None
 
     def _unroll(self) -> None:
         if self.outputs is not None and not self.unrolled:
@@ -107,7 +111,8 @@ class _AutoLoop:
         return self._hand_out(0)
 
     def call(self, i: int, layer, args: tuple, kwargs: dict):
-        own = type(layer).forward.__get__(layer)
+        if self.outputs is None and i > 0:
+            self.unrolled = True  # released, or never formed: the layers as written
         if not self.unrolled and i == self.next and args:
             if i == 0:
                 out = self._start(args[0], args[1:], kwargs)
@@ -119,29 +124,35 @@ class _AutoLoop:
                 if x is h and ir_value(x) is value and self._same_arguments(args[1:], kwargs):
                     return self._hand_out(i)
         self._unroll()
-        return own(*args, **kwargs)
+        return type(layer).forward(layer, *args, **kwargs)  # its hooks ran already
 
 
 def _intercepting(loop: _AutoLoop, i: int, layer):
     def forward(*args, **kwargs):
-        # Tracing a layer for the loop calls it: that call is the layer's own forward.
-        del layer.forward
+        if loop.busy:  # the loop traces this layer: that call is the layer's own
+            return type(layer).forward(layer, *args, **kwargs)
+        loop.busy = True
         try:
             return loop.call(i, layer, args, kwargs)
         finally:
-            layer.forward = forward
+            loop.busy = False
 
     return forward
 
 
 def _loops(layers: list):
     loop = _AutoLoop(layers)
-    for i, layer in enumerate(layers):
-        layer.forward = _intercepting(loop, i, layer)
-        try:
-            yield layer
-        finally:
-            del layer.forward
+    try:
+        for i, layer in enumerate(layers):
+            layer.forward = _intercepting(loop, i, layer)
+            try:
+                yield layer
+            finally:
+                del layer.forward
+    finally:
+        # Pending tensors held past the iteration would be taken as outputs of the
+        # step's graph (a program that differs by what happens to be alive).
+        loop.release()
 
 
 _ORIGINAL_ITER = torch.nn.ModuleList.__iter__

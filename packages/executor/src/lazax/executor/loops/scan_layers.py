@@ -33,19 +33,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 
 from lazax import ir
 
 from ..barrier.executor import EXECUTOR
-from ..barrier.lower import lower
 from ..interop.calls import call_jax
-from ..state.dtypes import torch_dtype
-from ..state.layout import Layout
 from ..state.values import ir_value
-from ..tensor.lazy import LazyTensor, new_tensor
+from ..tensor.lazy import LazyTensor
+from .functions import as_tensor, body_of
 from .structure import first_difference, placeholders
 
 __all__ = ["Loop", "prepare_loop", "scan_layers"]
@@ -87,8 +84,8 @@ def _written(stand_ins: dict, leaves: dict) -> list[str]:
     ]
 
 
-# (graph hash, roles, per-layer kinds, checkpoint) -> the scan function: one object per
-# loop, so call_jax finds its node again (it caches by function).
+# (graph hash, roles, checkpoint, carries) -> the scan function: one object per loop,
+# so call_jax finds its node again (it caches by function).
 _SCANS: dict[tuple, object] = {}
 
 
@@ -97,31 +94,19 @@ def _scan_function(graph: ir.Graph, roles: tuple, checkpoint: bool, carries: boo
     found = _SCANS.get(key)
     if found is not None:
         return found
-    body, _ = lower(graph)
-    packing = body.packing
-
-    def pack(values):
-        args = [values[i] for i in packing.singles]
-        for dtype, slots in packing.packs:
-            args.append(jnp.stack([jnp.asarray(values[i], dtype) for i in slots]))
-        return args
+    body = body_of(graph, roles)
 
     def scan(x, params, extras, per_layer, shared):
         def step(carry, sliced):
             layer_params, layer_consts = sliced
-            values = []
-            for kind, k in roles:
-                if kind == "x":
-                    values.append(carry)
-                elif kind == "param":
-                    values.append(layer_params[k])
-                elif kind == "extra":
-                    values.append(extras[k])
-                elif kind == "layer":
-                    values.append(layer_consts[k])
-                else:
-                    values.append(shared[k])
-            y = body(*pack(values))[0].astype(carry.dtype)
+            by_role = {
+                "x": [carry],
+                "param": layer_params,
+                "extra": extras,
+                "layer": layer_consts,
+                "shared": shared,
+            }
+            y = body(by_role)[0].astype(carry.dtype)
             return y, (y if carries else None)
 
         if checkpoint:
@@ -132,15 +117,6 @@ def _scan_function(graph: ir.Graph, roles: tuple, checkpoint: bool, carries: boo
     scan.__qualname__ = f"scan_layers[{graph.hash & 0xFFFF:04x}]"
     _SCANS[key] = scan
     return scan
-
-
-def _as_tensor(leaf: ir.Node, device_index: int) -> torch.Tensor:
-    spec = leaf.specs[0]
-    if leaf.op == ir.SCALAR:
-        return torch.tensor(leaf.data, dtype=torch_dtype(spec.dtype)).to(
-            torch.device("lazax", device_index)
-        )
-    return new_tensor(leaf, Layout(spec.shape, torch_dtype(spec.dtype)), device_index)
 
 
 def _same(values: list) -> bool:
@@ -205,10 +181,10 @@ def prepare_loop(layers: list, x, args: tuple, kwargs: dict, checkpoint: bool, c
             column = [g.parameters[position] for g in graphs]
             if _same([c.data for c in column]):
                 role = ("shared", len(shared))
-                shared.append(_as_tensor(leaf, device))
+                shared.append(as_tensor(leaf, device))
             else:
                 role = ("layer", len(per_layer))
-                per_layer.append(torch.stack([_as_tensor(c, device) for c in column]))
+                per_layer.append(torch.stack([as_tensor(c, device) for c in column]))
         roles.append(role)
     scan = _scan_function(graphs[0], tuple(roles), checkpoint, carries)
     names = list(stand_ins)

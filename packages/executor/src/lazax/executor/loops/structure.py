@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from lazax import ir
-
 from ..state.dtypes import dtype_name
-from ..state.layout import Layout
-from ..tensor.lazy import new_tensor
+from .functions import stand_in
 
 __all__ = ["first_difference", "placeholders"]
 
@@ -48,14 +45,9 @@ def first_difference(layers) -> None:
                 )
 
 
-def _stand_in(t: torch.Tensor, device: int) -> torch.Tensor:
-    spec = ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype))
-    return new_tensor(ir.device_data(spec, None), Layout(spec.shape, t.dtype), device)
-
-
 def placeholders(layer: torch.nn.Module, x: torch.Tensor, leaves: list, device: int):
     state = dict(layer.named_parameters())
     state.update(layer.named_buffers())
-    stand_ins = {name: _stand_in(t, device) for name, t in state.items()}
-    leaves_in = [_stand_in(e, device) if isinstance(e, torch.Tensor) else e for e in leaves]
-    return stand_ins, _stand_in(x, device), leaves_in
+    stand_ins = {name: stand_in(t, device) for name, t in state.items()}
+    leaves_in = [stand_in(e, device) if isinstance(e, torch.Tensor) else e for e in leaves]
+    return stand_ins, stand_in(x, device), leaves_in

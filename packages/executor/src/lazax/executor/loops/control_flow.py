@@ -1,0 +1,145 @@
+"""torch's control-flow operators on lazax tensors, as XLA's own control flow.
+
+Contract: ``install()`` registers, for lazax tensors, the higher-order operators behind
+``torch.cond``, ``torch._higher_order_ops.while_loop`` and
+``torch._higher_order_ops.scan``. Each traces its functions once on stand-ins
+(``functions.trace``) and becomes one ``call_jax`` node: ``lax.cond``,
+``lax.while_loop`` and ``lax.scan`` of lazax's lowering of them. No branch runs on the
+host and the predicate is never read. Gradients: ``torch.cond`` and ``scan`` take
+torch's own autograd rules for the operators (which call them again with their backward
+functions); ``while_loop`` has none in torch either.
+
+torch runs these operators through dynamo even outside ``torch.compile``, so lazax
+tensors need ``import lazax.dynamo`` (which teaches dynamo the lazax tensor) before the
+first call; under ``torch.compile(backend="lazax")`` it is imported already.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.utils._pytree as pytree
+from torch._higher_order_ops.cond import cond_op
+from torch._higher_order_ops.scan import scan_op
+from torch._higher_order_ops.while_loop import while_loop_op
+
+from ..interop.calls import call_jax
+from ..tensor.lazy import LazyTensor
+from .functions import trace
+
+__all__ = ["install"]
+
+# One JAX function per combination of traced bodies, so that call_jax finds its node.
+_FUNCTIONS: dict[tuple, object] = {}
+
+
+def _cached(key: tuple, make):
+    found = _FUNCTIONS.get(key)
+    if found is None:
+        found = _FUNCTIONS[key] = make()
+    return found
+
+
+def _cond(pred, true_fn, false_fn, operands):
+    flat, tree = pytree.tree_flatten(operands)
+
+    def branch(fn):
+        return trace(lambda *xs: fn(*pytree.tree_unflatten(list(xs), tree)), flat, "torch.cond")
+
+    on_true, on_false = branch(true_fn), branch(false_fn)
+    if on_true.outputs != on_false.outputs:
+        raise RuntimeError(
+            f"torch.cond: the branches must return tensors of the same shapes and dtypes; "
+            f"true_fn returns {on_true.outputs}, false_fn {on_false.outputs}"
+        )
+    t, f = on_true.body, on_false.body
+
+    def make():
+        def run(pred, inputs, consts_true, consts_false):
+            return jax.lax.cond(
+                jnp.reshape(pred, ()).astype(bool),
+                lambda: t({"inputs": inputs, "consts": consts_true}),
+                lambda: f({"inputs": inputs, "consts": consts_false}),
+            )
+
+        return run
+
+    run = _cached(("cond", id(t), id(f)), make)
+    outs = call_jax(run, pred, flat, on_true.consts, on_false.consts)
+    return on_true.rebuild(outs)
+
+
+def _tensors_only(values, what: str) -> list:
+    values = list(values)
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        kinds = [type(v).__name__ for v in values]
+        raise NotImplementedError(
+            f"{what} on lazax tensors takes tensors only, but got {kinds}; make each "
+            f"number a 0-dim tensor on the lazax device"
+        )
+    return values
+
+
+def _while_loop(cond_fn, body_fn, carried_inputs, additional_inputs, **kwargs):
+    carried = _tensors_only(carried_inputs, "while_loop")
+    extra = _tensors_only(additional_inputs, "while_loop")
+    n = len(carried)
+    test = trace(lambda *xs: cond_fn(*xs), carried + extra, "while_loop's cond_fn")
+    step = trace(lambda *xs: body_fn(*xs), carried + extra, "while_loop's body_fn")
+    if step.outputs != [(tuple(c.shape), c.dtype) for c in carried]:
+        raise RuntimeError(
+            f"while_loop: body_fn must return tensors of the carried inputs' shapes and "
+            f"dtypes {[(tuple(c.shape), c.dtype) for c in carried]}, but returns "
+            f"{step.outputs}"
+        )
+    c, b = test.body, step.body
+
+    def make():
+        def run(carried, extra, consts_cond, consts_body):
+            def keep_going(values):
+                out = c({"inputs": [*values, *extra], "consts": consts_cond})[0]
+                return jnp.reshape(out, ()).astype(bool)
+
+            def advance(values):
+                return b({"inputs": [*values, *extra], "consts": consts_body})
+
+            return jax.lax.while_loop(keep_going, advance, list(carried))
+
+        return run
+
+    run = _cached(("while", id(c), id(b)), make)
+    outs = call_jax(run, carried, extra, test.consts, step.consts)
+    return tuple(outs[:n])
+
+
+def _scan(combine_fn, init, xs, additional_inputs):
+    init = _tensors_only(init, "scan")
+    xs = _tensors_only(xs, "scan")
+    extra = _tensors_only(additional_inputs, "scan")
+    n = len(init)
+    if not xs:
+        return [*init]
+    slices = [x.select(0, 0) for x in xs]
+    step = trace(lambda *v: combine_fn(*v), init + slices + extra, "scan's combine_fn")
+    body = step.body
+
+    def make():
+        def run(init, xs, extra, consts):
+            def advance(carry, sliced):
+                out = body({"inputs": [*carry, *sliced, *extra], "consts": consts})
+                return out[:n], out[n:]
+
+            carry, ys = jax.lax.scan(advance, list(init), list(xs))
+            return [*carry, *ys]
+
+        return run
+
+    run = _cached(("scan", id(body)), make)
+    return list(call_jax(run, init, xs, extra, step.consts))
+
+
+def install() -> None:
+    for op, rule in ((cond_op, _cond), (while_loop_op, _while_loop), (scan_op, _scan)):
+        if LazyTensor not in op.python_key_table:
+            op.py_impl(LazyTensor)(rule)
