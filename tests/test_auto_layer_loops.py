@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import copy
 
-import jax
 import pytest
 import torch
 
 import lazax.executor as lx_exec
 import lazax.modes as lx
-from lazax import pjrt
+from lazax.modes.testing import last_program
 
 transformers = pytest.importorskip("transformers")
 
@@ -88,16 +87,12 @@ def _step_program(layers: int) -> str:
     model = llama(layers).to(DEV)
     ids = IDS[0].to(DEV)
     lx.sync()
-    graphs = []
-    lx_exec.EXECUTOR.graph_hooks.append(lambda name, graph: graphs.append(graph))
-    try:
+
+    def step():
         with lx.compile(scan_layers=True):
             model(ids, labels=ids).loss.backward()
-    finally:
-        lx_exec.EXECUTOR.graph_hooks.pop()
-    fn, arg_specs = lx_exec.lower_graph(graphs[-1])
-    avals = [jax.ShapeDtypeStruct(shape, pjrt.numpy_dtype(dtype)) for shape, dtype in arg_specs]
-    return jax.jit(fn).lower(*avals).as_text()
+
+    return last_program(step)
 
 
 def test_a_deeper_llama_compiles_one_layers_worth_of_program():

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import copy
 
-import jax
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-import lazax.executor as lx_exec
 import lazax.modes as lx
-from lazax import pjrt
+from lazax.modes.testing import last_program
 
 DEV = lx.device()
 
@@ -86,15 +84,7 @@ def _lowered_program(reentrant, input_grad: bool) -> str:
     x = torch.randn(16, 32).to(DEV).requires_grad_(input_grad)
     y = torch.randn(16, 32).to(DEV)
     lx.sync()
-    graphs = []
-    lx_exec.EXECUTOR.graph_hooks.append(lambda name, graph: graphs.append(graph))
-    try:
-        lx.compile(lambda: _step(model, opt, x, y), name="checkpoint_probe")()
-    finally:
-        lx_exec.EXECUTOR.graph_hooks.pop()
-    fn, arg_specs = lx_exec.lower_graph(graphs[-1])
-    avals = [jax.ShapeDtypeStruct(shape, pjrt.numpy_dtype(dtype)) for shape, dtype in arg_specs]
-    return jax.jit(fn).lower(*avals).as_text()
+    return last_program(lambda: lx.compile(lambda: _step(model, opt, x, y), name="probe")())
 
 
 def test_the_recomputation_reaches_xla_behind_optimization_barriers():

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import lazax.dynamo  # noqa: F401
 import lazax.modes as lx
+from lazax.modes.testing import train_in_mode
 
 DEV = lx.device()
 
@@ -62,33 +62,6 @@ def _step(model, opt, x, y):
 MODES = ["lazy", "eager", "compile", "dynamo"]
 
 
-def _train(model, mode: str, xs, ys):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    forward = model
-    if mode == "dynamo":
-        torch._dynamo.reset()
-        forward = torch.compile(model, backend="lazax", fullgraph=True)
-
-    def step(x, y):
-        opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(forward(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    compiled = lx.compile(step) if mode == "compile" else step
-    for x, y in zip(xs, ys):
-        if mode == "eager":
-            with lx.eager_mode_context(True):
-                loss = step(x.to(DEV), y.to(DEV))
-        else:
-            loss = compiled(x.to(DEV), y.to(DEV))
-            lx.sync()
-        losses.append(loss.item())
-    return losses
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_a_block_through_call_jax_trains_as_the_torch_block_on_the_cpu(mode):
     torch.manual_seed(0)
@@ -102,7 +75,8 @@ def test_a_block_through_call_jax_trains_as_the_torch_block_on_the_cpu(mode):
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     expected = [_step(ref, ref_opt, x, y).item() for x, y in zip(xs, ys)]
     before = fallbacks()
-    losses = _train(model, mode, xs, ys)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = train_in_mode(model, zip(xs, ys), mode, opt, DEV)
     torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-6)
     for p_ref, p in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-4, atol=1e-5)

@@ -8,15 +8,12 @@ from __future__ import annotations
 import copy
 import math
 
-import jax
 import pytest
 import torch
 import torch.nn.functional as F
 
-import lazax.dynamo  # noqa: F401
-import lazax.executor as lx_exec
 import lazax.modes as lx
-from lazax import pjrt
+from lazax.modes.testing import last_program, train_in_mode
 
 DEV = lx.device()
 WIDTH, HEADS, SEQ = 16, 2, 6
@@ -80,33 +77,7 @@ def _train(model, data, mode: str, device=None) -> list[float]:
     # SGD: the key projection's bias has a gradient of rounding noise only (softmax
     # ignores a shift shared by a row), which Adam would scale up to a full step.
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    forward = model
-    if mode == "dynamo":
-        torch._dynamo.reset()
-        forward = torch.compile(model, backend="lazax")
-
-    def step(x, y):
-        opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(forward(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    run = lx.compile(step) if mode == "compile" else step
-    losses = []
-    for x, y in data:
-        if device is None:
-            losses.append(step(x, y).item())
-            continue
-        x, y = x.to(device), y.to(device)
-        if mode == "eager":
-            with lx.eager_mode_context(True):
-                loss = step(x, y)
-        else:
-            loss = run(x, y)
-            lx.sync()
-        losses.append(loss.item())
-    return losses
+    return train_in_mode(model, data, mode, opt, device)
 
 
 @pytest.mark.parametrize("ckpt", [False, True], ids=["stored", "checkpointed"])
@@ -131,18 +102,14 @@ def _step_program(depth: int, scan: bool) -> str:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = (t.to(DEV) for t in _data(1)[0])
     lx.sync()
-    graphs = []
-    lx_exec.EXECUTOR.graph_hooks.append(lambda name, graph: graphs.append(graph))
-    try:
+
+    def step():
         opt.zero_grad()
         F.mse_loss(model(x), y).backward()
         opt.step()
         lx.sync()
-    finally:
-        lx_exec.EXECUTOR.graph_hooks.pop()
-    fn, arg_specs = lx_exec.lower_graph(graphs[-1])
-    avals = [jax.ShapeDtypeStruct(shape, pjrt.numpy_dtype(dtype)) for shape, dtype in arg_specs]
-    return jax.jit(fn).lower(*avals).as_text()
+
+    return last_program(step)
 
 
 def test_the_program_holds_one_layer_whatever_the_depth():

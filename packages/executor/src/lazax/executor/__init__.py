@@ -28,6 +28,7 @@ from .barrier.checks import CHECKS  # noqa: E402
 from .barrier.debug import GraphCountSession  # noqa: E402
 from .barrier.executor import EXECUTOR, GraphExecutor  # noqa: E402
 from .barrier.lower import lower as lower_graph  # noqa: E402
+from .barrier.lower import lowered_text  # noqa: E402
 from .barrier.placement import place_arguments as place_sharded_arguments  # noqa: E402
 from .barrier.placement import placement as sharded_placement  # noqa: E402
 from .barrier.placement import signature as sharding_signature  # noqa: E402
@@ -138,6 +139,7 @@ __all__ = [
     "ir_value",
     "local_part",
     "lower_graph",
+    "lowered_text",
     "load_sharded",
     "lowering",
     "mark_sharding",

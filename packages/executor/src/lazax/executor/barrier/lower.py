@@ -1,6 +1,8 @@
 """Lowering a graph: IR nodes -> one jax function, ready for ``runtime.compile``.
 
-Contract: ``lower(graph)`` returns ``(fn, arg_specs)``. ``fn(*args)`` takes the graph's
+Contract: ``lowered_text(graph)`` is the StableHLO of the graph's program, as the
+compile stage hands it to XLA (for tests and debugging). ``lower(graph)`` returns
+``(fn, arg_specs)``. ``fn(*args)`` takes the graph's
 parameters as ``fn.packing`` (``arguments.Packing``) arranges them (device data one by
 one, Python numbers packed in one array per dtype) and returns the roots' values, in
 order; ``arg_specs`` are those arguments' ``(shape, dtype name)``. The function keeps
@@ -34,7 +36,7 @@ from ..ops import LoweringContext, get_lowering
 from .arguments import Packing
 from .checks import CHECKS
 
-__all__ = ["LoweringError", "lower"]
+__all__ = ["LoweringError", "lower", "lowered_text"]
 
 
 class LoweringError(RuntimeError):
@@ -158,3 +160,9 @@ def lower(graph: ir.Graph):
     fn.checks = []
     fn.packing = packing
     return fn, packing.arg_specs
+
+
+def lowered_text(graph: ir.Graph) -> str:
+    fn, arg_specs = lower(graph)
+    avals = [jax.ShapeDtypeStruct(shape, numpy_dtype(dtype)) for shape, dtype in arg_specs]
+    return jax.jit(fn).lower(*avals).as_text()
