@@ -160,10 +160,7 @@ def _make_handler(func):
     if rule is None:
         view = _view_of_copy(func)
         if view is not None:  # unsqueeze_copy: the view, copied out (functionalized code)
-            view_handler = _make_handler(view)
-            return lambda args, kwargs: view_handler(args, kwargs).clone(
-                memory_format=torch.contiguous_format
-            )
+            return _copied(_make_handler(view))
         if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
             # Reached below autograd (a higher-order operator's body, inference code
             # under _AutoDispatchBelowAutograd), where torch does not decompose it:
@@ -172,6 +169,16 @@ def _make_handler(func):
         return lambda args, kwargs: fallback(func, args, kwargs)
     plan = OpPlan(func, func.name(), VIEW if _is_view(func) else FUNCTIONAL, rule.random)
     return lambda args, kwargs: run_plan(plan, args, kwargs)
+
+
+def _copied(view_handler):
+    def run(args, kwargs):
+        out = view_handler(args, kwargs)
+        if isinstance(out, (list, tuple)):  # unbind_copy, split_with_sizes_copy
+            return type(out)(o.clone(memory_format=torch.contiguous_format) for o in out)
+        return out.clone(memory_format=torch.contiguous_format)
+
+    return run
 
 
 def _view_of_copy(func):

@@ -113,7 +113,9 @@ def as_strided(ctx, x, size, stride, storage_offset=None):
 
 @lowering(aten.unfold.default)
 def unfold(ctx, x, dimension, size, step):
-    dim = dimension % max(x.ndim, 1)
+    if x.ndim == 0:  # torch: a 0-dim tensor unfolds into one window of its one element
+        return jnp.broadcast_to(x, ctx.shape)
+    dim = dimension % x.ndim
     count = ctx.shape[dim]
     pieces = [lax.slice_in_dim(x, i * step, i * step + size, axis=dim) for i in range(count)]
     stacked = jnp.stack(pieces, axis=dim)  # [..., count, size, ...]
