@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .jax_decoder import _layer_norm
-from .models import Decoder, DecoderConfig, lm_loss, make_tokens
+from .models import Decoder, DecoderConfig, lm_loss, make_tokens, tiny_llama
 
 VARIANTS = ("unrolled", "scan", "auto", "jax_scan")
 
@@ -75,6 +75,14 @@ def _lazax_run(variant: str, depth: int, steps: int) -> dict:
     run = lx.compile(step, scan_layers=variant == "auto")
     batches = [make_tokens(cfg, k).to(lx.device()) for k in range(4)]
     lx.sync(wait=True)
+    out = _timed_steps(run, batches, steps)
+    out["compiles"] = lx.metrics.counter_value("UncachedCompile")
+    return out
+
+
+def _timed_steps(run, batches: list, steps: int) -> dict:
+    """The time to ``run``'s first two steps, then its steady steps per second (each
+    figure ends with a read of the loss, which waits for the device)."""
     start = time.perf_counter()
     for k in range(2):
         loss = run(batches[k])
@@ -82,13 +90,9 @@ def _lazax_run(variant: str, depth: int, steps: int) -> dict:
     first2 = time.perf_counter() - start
     start = time.perf_counter()
     for k in range(steps):
-        loss = run(batches[k % 4])
+        loss = run(batches[k % len(batches)])
     loss.item()
-    return {
-        "first2_s": first2,
-        "steps_per_s": steps / (time.perf_counter() - start),
-        "compiles": lx.metrics.counter_value("UncachedCompile"),
-    }
+    return {"first2_s": first2, "steps_per_s": steps / (time.perf_counter() - start)}
 
 
 def _jax_scan_step(model: Decoder, lr: float = 1e-3):
@@ -181,22 +185,11 @@ def _memory_run(depth: int, checkpoint: bool) -> dict:
 
 
 def _llama_run(depth: int, scan: bool, steps: int = 10) -> dict:
-    from transformers import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
 
     import lazax.modes as lx  # noqa: PLC0415
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=depth,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        use_cache=False,
-    )
-    model = LlamaForCausalLM(config).to(lx.device())
+    model = tiny_llama(depth, hidden=64).to(lx.device())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step(ids):
@@ -210,16 +203,7 @@ def _llama_run(depth: int, scan: bool, steps: int = 10) -> dict:
     g = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, 256, (4, 32), generator=g).to(lx.device()) for _ in range(4)]
     lx.sync(wait=True)
-    start = time.perf_counter()
-    for k in range(2):
-        loss = run(batches[k])
-    loss.item()
-    first2 = time.perf_counter() - start
-    start = time.perf_counter()
-    for k in range(steps):
-        loss = run(batches[k % 4])
-    loss.item()
-    return {"first2_s": first2, "steps_per_s": steps / (time.perf_counter() - start)}
+    return _timed_steps(run, batches, steps)
 
 
 def _worker(kind: str, a: int, b: int) -> dict:

@@ -196,3 +196,22 @@ def make_images(cfg: CNNConfig, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     images = torch.randn(cfg.batch, 3, cfg.image, cfg.image, generator=g)
     labels = torch.randint(0, cfg.classes, (cfg.batch,), generator=g)
     return images, labels
+
+
+def tiny_llama(layers: int, hidden: int = 32):
+    """An unchanged Hugging Face ``LlamaForCausalLM``, small (vocab 256 at hidden 64,
+    else 64; 4 heads, 2 KV heads), random-init, without a KV cache (training). Needs
+    ``transformers``, imported here only."""
+    import transformers  # noqa: PLC0415  (an optional dependency of the benchmarks)
+
+    config = transformers.LlamaConfig(
+        vocab_size=256 if hidden >= 64 else 64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,  # a KV cache is per-layer state: a layer loop cannot carry it
+    )
+    return transformers.LlamaForCausalLM(config)

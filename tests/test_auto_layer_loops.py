@@ -13,6 +13,7 @@ import torch
 
 import lazax.executor as lx_exec
 import lazax.modes as lx
+from benchmarks.models import tiny_llama
 from lazax.modes.testing import last_program
 
 transformers = pytest.importorskip("transformers")
@@ -26,17 +27,7 @@ def counter(name: str) -> int:
 
 def llama(layers: int):
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        use_cache=False,  # a KV cache is per-layer state: a loop cannot carry it
-    )
-    return transformers.LlamaForCausalLM(config)
+    return tiny_llama(layers)
 
 
 IDS = [torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(k)) for k in range(3)]
