@@ -3,9 +3,9 @@
 Contract: the op's handler is built once per overload: a special rule (``special``:
 copies, transfers, reads, and what the hooks register), an ``OpPlan`` run by
 ``run.run_plan`` when a lowering exists (in-place ops use their functional rule and
-write back; ``out=`` overloads run it and copy into ``out``), else torch's own
-decomposition for a composite op that reached lazax below autograd, else the CPU
-fallback.
+write back; ``out=`` overloads run it and copy into ``out``), else, for a composite op
+that reached lazax below autograd while a body is traced, torch's own decomposition,
+else the CPU fallback.
 Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``).
 """
 
@@ -162,10 +162,16 @@ def _make_handler(func):
         if view is not None:  # unsqueeze_copy: the view, copied out (functionalized code)
             return _copied(_make_handler(view))
         if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
-            # Reached below autograd (a higher-order operator's body, inference code
-            # under _AutoDispatchBelowAutograd), where torch does not decompose it:
-            # torch's own decomposition, into ops lazax lowers.
-            return lambda args, kwargs: func.decompose(*args, **kwargs)
+            # Reached below autograd, where torch does not decompose it. While a loop
+            # or branch body (a higher-order operator's) is traced, nothing may run on
+            # the CPU: torch's own decomposition, into ops lazax lowers. Elsewhere the
+            # CPU fallback, as for any op without a rule.
+            def decompose_when_tracing(args, kwargs):
+                if EXECUTOR.capture_guard is not None:
+                    return func.decompose(*args, **kwargs)
+                return fallback(func, args, kwargs)
+
+            return decompose_when_tracing
         return lambda args, kwargs: fallback(func, args, kwargs)
     plan = OpPlan(func, func.name(), VIEW if _is_view(func) else FUNCTIONAL, rule.random)
     return lambda args, kwargs: run_plan(plan, args, kwargs)
