@@ -33,7 +33,7 @@ from ..state.layout import Layout
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor, new_tensor
 
-__all__ = ["Traced", "as_tensor", "body_of", "stand_in", "trace"]
+__all__ = ["Traced", "as_tensor", "body_of", "refusing", "stand_in", "trace"]
 
 
 def stand_in(t: torch.Tensor, device: int) -> LazyTensor:
@@ -78,7 +78,9 @@ def body_of(graph: ir.Graph, roles: tuple) -> Callable:
     return body
 
 
-def _refuse(what: str):
+def refusing(what: str):
+    """A capture guard: raises ``ValueError`` naming ``what`` on any run or host read."""
+
     def refuse(doing: str) -> None:
         raise ValueError(
             f"lazax: {what} made {doing} while it was traced; a function run inside an "
@@ -119,7 +121,7 @@ class Traced:
 def trace(fn: Callable, tensors: list, what: str) -> Traced:
     device = next((t._lz_storage.device_index for t in tensors if type(t) is LazyTensor), 0)
     stand_ins = [stand_in(t, device) for t in tensors]
-    with torch.no_grad(), EXECUTOR.mode(eager=False, capture_guard=_refuse(what)):
+    with torch.no_grad(), EXECUTOR.mode(eager=False, capture_guard=refusing(what)):
         out = fn(*stand_ins)
     leaves: list = []
     tree = _flatten(out, leaves)

@@ -42,7 +42,7 @@ from ..barrier.executor import EXECUTOR
 from ..interop.calls import call_jax
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor
-from .functions import as_tensor, body_of
+from .functions import as_tensor, body_of, refusing
 from .structure import first_difference, placeholders
 
 __all__ = ["Loop", "prepare_loop", "scan_layers"]
@@ -52,17 +52,11 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
-def _refuse(what: str) -> None:
-    raise ValueError(
-        f"lazax.scan_layers: a layer made {what} while it was traced; a layer run as a "
-        f"loop cannot read values on the host (.item(), print, a Python if on a tensor)"
-    )
-
-
 def _trace(layer, index: int, stand_ins: dict, x_in, args_in, kwargs_in):
     """One layer's traced output graph on the stand-ins, and its output's other
     elements (a tuple's after the first)."""
-    with torch.no_grad(), EXECUTOR.mode(eager=False, capture_guard=_refuse):
+    guard = refusing(f"scan_layers' layer {index}")
+    with torch.no_grad(), EXECUTOR.mode(eager=False, capture_guard=guard):
         out = torch.func.functional_call(layer, stand_ins, (x_in, *args_in), kwargs_in)
     y = _first(out)
     if type(y) is not LazyTensor or y.shape != x_in.shape or y.dtype != x_in.dtype:
