@@ -18,13 +18,6 @@ from lazax.modes.testing import last_program
 
 transformers = pytest.importorskip("transformers")
 
-# Known bug, open: after this file runs in a process, torch.load in the same process
-# gives a view of a loaded float tensor as int64
-# (tests/test_checkpoint.py::test_tensors_sharing_storage_share_it_after_loading, run
-# after this file: reproduced 2026-12-03). Skipped until found, so the suite stays
-# trustworthy; the feature is opt-in (LAZAX_SCAN_LAYERS, lx.compile(scan_layers=True)).
-pytestmark = pytest.mark.skip(reason="state leak into torch.load: see the comment above")
-
 DEV = lx.device()
 
 

@@ -112,6 +112,22 @@ def test_changing_python_scalars_do_not_recompile():
     assert counter("UncachedCompile") == before
 
 
+@pytest.mark.parametrize("first", ["int", "float", "bool"])
+def test_equal_python_numbers_of_other_types_are_other_ops(first):
+    # 12 == 12.0 and 1 == True as dict keys: the op's cache must still tell them apart.
+    values = {"int": (12, 1), "float": (12.0, 1.0), "bool": (True, True)}
+    order = [first] + [k for k in values if k != first]
+    for kind in order:
+        end, fill = values[kind]
+        for got, expected in [
+            (torch.arange(end, device=DEV), torch.arange(end)),
+            (torch.full((2,), fill, device=DEV), torch.full((2,), fill)),
+            (torch.zeros(2, device=DEV).add(fill), torch.zeros(2).add(fill)),
+        ]:
+            assert got.dtype == expected.dtype, (kind, got, expected)
+            torch.testing.assert_close(got.cpu(), expected)
+
+
 def test_unlowered_op_falls_back_to_cpu_and_is_counted():
     x_cpu = torch.tensor([[3.0, 1.0], [0.5, 2.0]])
     name = "aten::linalg_inv_ex"

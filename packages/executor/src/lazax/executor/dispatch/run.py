@@ -57,7 +57,11 @@ def _scan(value, slot: int, operands: list):
         if slot and value != 0 and value != 1 and value != -1:
             operands.append(value)
             return t
-        return (t, value) if slot else value
+        # Kept in the key by value, with its type: 12 == 12.0 == True as dict keys, but
+        # arange(12) is int64 and arange(12.0) float32.
+        return (t, value) if slot or t is float else value
+    if t is bool:
+        return (bool, value)
     if t is list or t is tuple:
         inner = SCALAR_SLOT if slot == LIST_SLOT else 0
         return tuple([_scan(v, inner, operands) for v in value])
