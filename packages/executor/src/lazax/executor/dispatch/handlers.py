@@ -85,6 +85,9 @@ _UNDECLARED_VIEWS = {"aten::_unsafe_view"}
 def _is_view(func) -> bool:
     if func._schema.name in _UNDECLARED_VIEWS:
         return True
+    rule = get_lowering(func)
+    if rule is not None and rule.copies:  # an alias lazax computes as a new tensor
+        return False
     returns = func._schema.returns
     return bool(returns) and all(
         r.alias_info is not None and not r.alias_info.is_write for r in returns

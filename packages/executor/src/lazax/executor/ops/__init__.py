@@ -9,6 +9,7 @@ from . import (  # noqa: E402,F401
     conv,  # convolution (+ transposed), reflection/replication padding, pixel shuffle
     core,  # copies, conversions, factories, view pseudo-ops
     elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
+    fft,  # _fft_r2c, _fft_c2r, _fft_c2c (every torch.fft function, + gradients)
     foreach,  # the _foreach_* ops optimizers use
     indexing,  # cat/stack, index/index_put, gather/scatter, index_add/copy/fill, take
     jax_calls,  # lazax::call_jax: a JAX function as one node (+ its vjp)

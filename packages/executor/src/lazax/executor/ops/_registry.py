@@ -19,6 +19,9 @@ Contract:
   nothing. The tensor layer records where such ops were traced (``checked_ops``).
 - In-place (``add_``) and functional (``add``) overloads share one rule: register the
   functional one; the tensor layer writes the result back for the in-place form.
+- ``copies=True`` marks a rule for an op whose schema says it aliases its input but
+  which lazax computes as a new tensor: ``_conj``, a view with torch's conjugate bit,
+  which lazax tensors do not carry (the tensor layer then treats it as functional).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class Lowering:
     random: bool
     where: str
     checked: bool = False
+    copies: bool = False
 
 
 @dataclass
@@ -96,7 +100,7 @@ def op_name(op: Any) -> str:
     return op if isinstance(op, str) else op.name()
 
 
-def lowering(*ops: Any, random: bool = False, checked: bool = False):
+def lowering(*ops: Any, random: bool = False, checked: bool = False, copies: bool = False):
     """Register the decorated function as the jax lowering of ``ops``."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -109,7 +113,7 @@ def lowering(*ops: Any, random: bool = False, checked: bool = False):
                     f"({_LOWERINGS[name].where}); {where} registers it again. "
                     f"Remove one of them."
                 )
-            _LOWERINGS[name] = Lowering(fn, random, where, checked)
+            _LOWERINGS[name] = Lowering(fn, random, where, checked, copies)
             if checked:
                 _CHECKED.add(name)
         return fn

@@ -53,6 +53,11 @@ def _as_units(flat, dtype):
         dtype, jnp.complexfloating
     ):
         return _as_units(jnp.stack([flat.real, flat.imag], axis=-1).reshape(-1), dtype)
+    if jnp.issubdtype(dtype, jnp.complexfloating) and not jnp.issubdtype(
+        flat.dtype, jnp.complexfloating
+    ):  # XLA bitcasts no complex: a complex element is its (real, imaginary) pair
+        pairs = _as_units(flat, jnp.finfo(dtype).dtype).reshape(-1, 2)
+        return lax.complex(pairs[:, 0], pairs[:, 1]).astype(dtype)
     return lax.bitcast_convert_type(flat, dtype).reshape(-1)
 
 
@@ -64,6 +69,9 @@ def _from_units(units, dtype, shape):
         units = units.astype(jnp.uint8)
     if dtype == jnp.bool_:
         return _from_units(units, jnp.uint8, shape) != 0
+    if jnp.issubdtype(units.dtype, jnp.complexfloating):
+        pairs = jnp.stack([units.real, units.imag], axis=-1).reshape(-1)
+        return _from_units(pairs, dtype, shape)
     if jnp.issubdtype(dtype, jnp.complexfloating):
         part = jnp.finfo(dtype).dtype
         pairs = _as_units(units, part).reshape(-1, 2)

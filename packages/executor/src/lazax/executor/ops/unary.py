@@ -1,7 +1,10 @@
 """One-argument math lowerings: exp/log, roots, trig and hyperbolic functions,
 ``sigmoid``, ``erf``; ``neg``/``abs``/``sign``/``sgn``; rounding (``floor``, ``ceil``,
 ``trunc``, ``round``, ``frac``); ``logit``; and the float predicates (``isnan``,
-``isinf``, ``isfinite``, ``isposinf``, ``isneginf``) and ``nan_to_num``.
+``isinf``, ``isfinite``, ``isposinf``, ``isneginf``) and ``nan_to_num``; the complex
+conjugate (``conj_physical``, and ``_conj``, torch's conjugate view, as a new tensor
+holding the conjugate: lazax tensors carry no conjugate bit, so writes through
+``x.conj()`` do not reach ``x``, as with the CPU fallback before).
 
 Contract (see ``_registry``): math on floats computes in opmath (float16/bfloat16 in
 float32, rounded once by the output cast); integer and bool inputs of float math
@@ -228,3 +231,13 @@ def nan_to_num(ctx, self, nan=None, posinf=None, neginf=None):
     out = jnp.where(self == jnp.inf, posinf, self)
     out = jnp.where(self == -jnp.inf, neginf, out)
     return jnp.where(jnp.isnan(self), nan, out)
+
+
+@lowering(aten._conj_physical.default, aten.conj_physical.default)
+def conj_physical(ctx, x):
+    return jnp.conj(x)
+
+
+@lowering(aten._conj.default, copies=True)
+def conj(ctx, x):
+    return jnp.conj(x)

@@ -127,6 +127,12 @@ def view_as_real(ctx, x):
     return jnp.stack([x.real, x.imag], axis=-1)
 
 
+@lowering(aten.view_as_complex.default)
+def view_as_complex(ctx, x):
+    # The last dimension (of size 2) holds the real and imaginary parts.
+    return lax.complex(x[..., 0], x[..., 1]).astype(ctx.dtype)
+
+
 # -- backward of views, and the functional "scatter" forms --------------------------
 
 
