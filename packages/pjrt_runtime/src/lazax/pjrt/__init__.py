@@ -33,6 +33,7 @@ from ._runtime import (
     numpy_dtype,
 )
 from ._version import __version__
+from ._watchdog import WATCHDOG, Watchdog
 
 __all__ = [
     "PLATFORMS",
@@ -46,6 +47,8 @@ __all__ = [
     "Runtime",
     "ProcessLostError",
     "SplitAcrossProcessesError",
+    "WATCHDOG",
+    "Watchdog",
     "__version__",
     "barrier",
     "exchange",

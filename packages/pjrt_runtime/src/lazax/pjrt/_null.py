@@ -52,7 +52,9 @@ class NullRuntime(PjrtRuntime):
         self.programs: list[NullProgram] = []
         self.executions = 0
 
-    def _compile(self, fn: Callable, arg_specs, device, arg_shardings, donate, name) -> Executable:
+    def _compile(
+        self, fn: Callable, arg_specs, device, arg_shardings, donate, name, keep_source=False
+    ) -> Executable:
         self._check_fault("compile")
         avals = [jax.ShapeDtypeStruct(shape, numpy_dtype(dtype)) for shape, dtype in arg_specs]
         outs = jax.eval_shape(fn, *avals)
@@ -66,7 +68,10 @@ class NullRuntime(PjrtRuntime):
         self.programs.append(program)
         self._compiled = True
         target = device or self.default_device
-        return Executable(program, target, len(out_specs), tuple(donate))
+        executable = Executable(program, target, len(out_specs), tuple(donate))
+        if keep_source:
+            executable.source = f"(not lowered: NullRuntime program {name})"
+        return executable
 
     def execute(self, executable: Executable, args: Sequence[Any]) -> tuple[jax.Array, ...]:
         self._check_fault("execute")

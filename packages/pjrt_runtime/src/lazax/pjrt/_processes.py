@@ -50,6 +50,7 @@ import jax
 import numpy as np
 
 from . import _collectives as collectives
+from ._watchdog import WATCHDOG
 
 __all__ = [
     "JobMethods",
@@ -181,6 +182,33 @@ def _client(required: bool = True):
 _EXCHANGED: list[str] = []
 
 
+def _receive(client, tag: str, k: int, out: list, deadline: float, missing: list, what: str):
+    """Process ``k``'s value of ``tag`` into ``out[k]``; ``k`` into ``missing`` if it did
+    not come before ``deadline``; a lost process raises at once."""
+    while True:
+        try:
+            out[k] = client.blocking_key_value_get_bytes(f"lazax/{tag}/{k}", 1000)
+            return
+        except Exception as err:  # jax raises its runtime error on a deadline
+            if "DEADLINE_EXCEEDED" not in str(err) and "imed out" not in str(err):
+                raise
+        lost = lost_processes()
+        if lost:
+            _raise_lost(lost, f"waited for the others {what or f'at {tag!r}'}")
+        if time.monotonic() > deadline:
+            missing.append(k)
+            return
+
+
+def _arrivals(tag: str, what: str, waited: int, count: int, me: int) -> str:
+    # Processes are read in order: the one waited for and those after it may be missing.
+    later = [k for k in range(waited, count) if k != me]
+    return (
+        f"the other processes {what or f'at {tag!r}'} (process {waited} has not arrived; "
+        f"not yet read: {later})"
+    )
+
+
 def exchange(tag: str, value: bytes, timeout_s: float, what: str = "") -> list[bytes]:
     client = _client()
     me, count = jax.process_index(), jax.process_count()
@@ -189,20 +217,12 @@ def exchange(tag: str, value: bytes, timeout_s: float, what: str = "") -> list[b
     out[me] = value
     deadline = time.monotonic() + timeout_s
     missing = []
-    for k in range(count):
-        while k != me:
-            try:
-                out[k] = client.blocking_key_value_get_bytes(f"lazax/{tag}/{k}", 1000)
-                break
-            except Exception as err:  # jax raises its runtime error on a deadline
-                if "DEADLINE_EXCEEDED" not in str(err) and "imed out" not in str(err):
-                    raise
-            lost = lost_processes()
-            if lost:
-                _raise_lost(lost, f"waited for the others {what or f'at {tag!r}'}")
-            if time.monotonic() > deadline:
-                missing.append(k)
-                break
+    waited = [0]  # the process being waited for, for the watchdog
+    with WATCHDOG.waiting(lambda: _arrivals(tag, what, waited[0], count, me)):
+        for k in range(count):
+            waited[0] = k
+            if k != me:
+                _receive(client, tag, k, out, deadline, missing, what)
     if missing:
         raise TimeoutError(f"process(es) {missing} did not reach {tag!r} within {timeout_s:g} s")
     # Every process has read the tag before the one it exchanges next: the tag two
@@ -424,7 +444,7 @@ class JobMethods:
     def local_part(self, buffer: jax.Array) -> np.ndarray:
         """The block of ``buffer``'s value that this process's devices hold."""
         self._check_fault("to_host")
-        with peers_watched():
+        with peers_watched(), WATCHDOG.waiting(f"this process's part of a {buffer.shape} value"):
             wait_watched((buffer,))
             return local_part(buffer)[0]
 
@@ -433,7 +453,7 @@ class JobMethods:
         broadcast, reduce_scatter) over the job's processes; this process's result, on
         its first device."""
         self._check_fault("execute")
-        with peers_watched():
+        with peers_watched(), WATCHDOG.waiting(f"the collective {kind} over the processes"):
             if kind == "broadcast":
                 out = collectives.broadcast(buffer, source)
             elif kind == "all_gather":

@@ -66,6 +66,7 @@ import jaxlib
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from ._executable import DeviceOutOfMemory, Executable, is_out_of_memory, numpy_dtype
 from ._memory import MemoryTracker
 from ._platform import jax_devices, platform_from_env
 from ._processes import (
@@ -77,6 +78,7 @@ from ._processes import (
     wait_watched,
 )
 from ._version import __version__
+from ._watchdog import WATCHDOG
 
 __all__ = [
     "DeviceOutOfMemory",
@@ -90,17 +92,6 @@ __all__ = [
 jax.config.update("jax_enable_x64", True)
 
 STAGES = ("compile", "execute", "to_device", "to_host")
-
-_NP_DTYPES: dict[str, Any] = {}
-
-
-def numpy_dtype(name: str):
-    """The numpy (or ml_dtypes) dtype for a dtype name such as ``"bfloat16"``."""
-    dt = _NP_DTYPES.get(name)
-    if dt is None:
-        dt = _NP_DTYPES[name] = np.dtype(jax.numpy.dtype(name))
-    return dt
-
 
 # jax's warning when XLA declines a donated buffer (costs memory, never results).
 _UNUSABLE_DONATION = "Some donated buffers were not usable"
@@ -120,81 +111,8 @@ def _host_available_bytes() -> int | None:
     return None
 
 
-def is_out_of_memory(err: BaseException) -> bool:
-    """XLA's out-of-memory status, whatever exception type jax wraps it in."""
-    return "RESOURCE_EXHAUSTED" in str(err)
-
-
-class DeviceOutOfMemory(RuntimeError):
-    """An execution (or transfer) ran out of device memory; nothing was consumed.
-
-    ``executable`` and ``args`` are the program and its arguments when an execution
-    failed (None for a transfer), so the caller can say what did not fit."""
-
-    def __init__(self, message: str, executable=None, args=()) -> None:
-        super().__init__(message)
-        self.executable = executable
-        self.args_nbytes = [getattr(a, "nbytes", 0) for a in args]
-        self.output_bytes = executable.output_bytes if executable else 0
-        self.alias_bytes = executable.alias_bytes if executable else 0
-        self.temp_bytes = executable.temp_bytes if executable else 0
-
-
-class Executable:
-    """A compiled program bound to one device."""
-
-    __slots__ = (
-        "compiled",
-        "device",
-        "num_outputs",
-        "text",
-        "persistent",
-        "load_failures",
-        "donate",
-        "output_bytes",
-        "alias_bytes",
-        "temp_bytes",
-        "annotations",
-        "footprints",
-        "name",
-    )
-
-    def __init__(
-        self, compiled: Any, device: Any, num_outputs: int, donate: tuple[int, ...] = ()
-    ) -> None:
-        self.compiled = compiled
-        self.device = device
-        self.num_outputs = num_outputs
-        self.donate = donate
-        # From XLA's memory analysis: its outputs, the part of them written over donated
-        # inputs, and the scratch it needs while it runs.
-        try:
-            analysis = compiled.memory_analysis()
-            self.output_bytes = int(analysis.output_size_in_bytes)
-            self.alias_bytes = int(analysis.alias_size_in_bytes)
-            self.temp_bytes = int(analysis.temp_size_in_bytes)
-        except Exception:  # not every backend reports it
-            self.output_bytes = self.alias_bytes = self.temp_bytes = 0
-        # With a persistent cache: "hit" (loaded, not compiled) or "miss"; else None.
-        self.persistent: str | None = None
-        # Persistent-cache entries that could not be read (and were compiled instead).
-        self.load_failures: list[str] = []
-        # Whatever the caller keeps with the program (the executor: its checks).
-        self.annotations: Any = None
-        # Per output, the bytes it holds on each device: fixed by the program (its
-        # output shapes and shardings), measured on its first execution.
-        self.footprints: tuple | None = None
-        # The program's name (its XLA module is ``jit_<name>``), or None.
-        self.name: str | None = None
-
-    @property
-    def need_bytes(self) -> int:
-        """What a run allocates: new outputs and scratch."""
-        return self.output_bytes - self.alias_bytes + self.temp_bytes
-
-    def as_text(self) -> str:
-        """The optimized HLO, for debugging."""
-        return self.compiled.as_text()
+def _read_of(buffer: jax.Array) -> str:
+    return f"a {tuple(buffer.shape)} {buffer.dtype} value to reach the host"
 
 
 _PERSISTENT_EVENTS = {"hits": 0}
@@ -294,10 +212,11 @@ class PjrtRuntime(JobMethods):
                     f"the {tuple(buffer.shape)} value is split over several processes' "
                     f"devices ({buffer.sharding}): this process holds only its pieces"
                 )
-            with peers_watched():
+            with peers_watched(), WATCHDOG.waiting(lambda: _read_of(buffer)):
                 wait_watched((buffer,))
                 return np.asarray(buffer)
-        return np.asarray(buffer)
+        with WATCHDOG.waiting(lambda: _read_of(buffer)):
+            return np.asarray(buffer)
 
     def use_persistent_cache(self, path: str, read_only: bool = False) -> None:
         """Keep compiled executables in ``path`` across processes, through jax's own
@@ -364,12 +283,15 @@ class PjrtRuntime(JobMethods):
         arg_shardings: Sequence[Any] | None = None,
         donate: tuple[int, ...] = (),
         name: str | None = None,
+        keep_source: bool = False,
     ) -> Executable:
-        executable = self._compile(fn, arg_specs, device, arg_shardings, donate, name)
+        executable = self._compile(fn, arg_specs, device, arg_shardings, donate, name, keep_source)
         executable.name = name
         return executable
 
-    def _compile(self, fn, arg_specs, device, arg_shardings, donate, name) -> Executable:
+    def _compile(
+        self, fn, arg_specs, device, arg_shardings, donate, name, keep_source=False
+    ) -> Executable:
         self._check_fault("compile")
         if name:
             # jax names the XLA module (dumps, profiles) after the function:
@@ -394,8 +316,11 @@ class PjrtRuntime(JobMethods):
         num_outputs = len(lowered.out_info)
         self._compiled = True
         target = device or self.default_device
+        source = lowered.as_text() if keep_source else None
         if self.persistent_cache is None:
-            return Executable(lowered.compile(), target, num_outputs, tuple(donate))
+            executable = Executable(lowered.compile(), target, num_outputs, tuple(donate))
+            executable.source = source
+            return executable
         hits = _PERSISTENT_EVENTS["hits"]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -407,6 +332,7 @@ class PjrtRuntime(JobMethods):
             elif _UNUSABLE_DONATION not in str(w.message):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         executable = Executable(compiled, target, num_outputs, tuple(donate))
+        executable.source = source
         executable.persistent = "hit" if _PERSISTENT_EVENTS["hits"] > hits else "miss"
         executable.load_failures = failures
         return executable
@@ -419,7 +345,10 @@ class PjrtRuntime(JobMethods):
             memory.release([args[i] for i in executable.donate])
         try:
             self._check_fault("execute")
-            outputs = tuple(executable.compiled(*args))
+            WATCHDOG.program = executable.name
+            # Dispatch can block (a CPU program that runs inline, a full queue).
+            with WATCHDOG.waiting("a program's dispatch"):
+                outputs = tuple(executable.compiled(*args))
         except BaseException as err:
             if executable.donate:  # not consumed: a synchronous failure donates nothing
                 memory.track([args[i] for i in executable.donate if not args[i].is_deleted()])
@@ -486,12 +415,14 @@ class PjrtRuntime(JobMethods):
         return buffer.is_ready()
 
     def wait(self, buffers: Sequence[jax.Array]) -> None:
+        waiting = WATCHDOG.waiting(lambda: f"{len(buffers)} value(s) to be computed")
         if self.process_count > 1:
-            with peers_watched():
+            with peers_watched(), waiting:
                 wait_watched(list(buffers))
                 jax.block_until_ready(list(buffers))
             return
-        jax.block_until_ready(list(buffers))
+        with waiting:
+            jax.block_until_ready(list(buffers))
 
     def wait_all(self) -> None:
         live = [b for b in self.memory.live_buffers() if not b.is_deleted()]
