@@ -15,10 +15,12 @@ recompile), so a test or a launcher that sets a variable before that point is ob
 | ``LAZAX_CHECKS`` | 1 | device-side checks of bad indices and targets (a key part) |
 | ``LAZAX_DEBUG_RECOMPILES`` | 0 | print each recompile report to stderr |
 | ``LAZAX_DISTRIBUTED_TIMEOUT`` | 300 | seconds a process waits for the others to agree |
+| ``LAZAX_DUMP_DIR`` | unset | write each compiled graph's IR, StableHLO and HLO there |
 
 The computation cache reads its own (``LAZAX_COMPILATION_CACHE_SIZE``,
 ``LAZAX_PERSISTENT_CACHE_DIR``, ``LAZAX_PERSISTENT_CACHE_READ_ONLY``: ``lazax.cache``),
-and the runtime its device (``PJRT_DEVICE``: ``lazax.pjrt``).
+and the runtime its device and its watchdog (``PJRT_DEVICE``, ``LAZAX_WATCHDOG_S``:
+``lazax.pjrt``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class Settings:
     debug_recompiles: bool
     distributed_timeout_s: float
     scan_layers: bool
+    dump_dir: str | None
 
 
 def settings() -> Settings:
@@ -63,4 +66,5 @@ def settings() -> Settings:
         debug_recompiles=_flag("LAZAX_DEBUG_RECOMPILES", False),
         distributed_timeout_s=float(env.get("LAZAX_DISTRIBUTED_TIMEOUT", "300")),
         scan_layers=_flag("LAZAX_SCAN_LAYERS", False),
+        dump_dir=env.get("LAZAX_DUMP_DIR") or None,
     )

@@ -4,7 +4,9 @@ Contract: ``counter(name)`` / ``bump(name, n)`` count events; ``timed(name)`` is
 context manager that adds one sample (seconds) to metric ``name``. ``counter_value``
 of an unknown name is None (as torch_xla); ``metric_data(name)`` is
 ``(count, total_seconds, recent_samples)``. ``recompile_reports()`` says why each
-recent recompile happened. ``clear_all`` resets everything.
+recent recompile happened; ``compiles_by_name()`` counts and times the compiles of each
+program name (``metrics_report`` lists them, most compiled first). ``clear_all`` resets
+everything.
 Counter bumps are a dict update: cheap enough for per-op paths.
 """
 
@@ -18,12 +20,14 @@ __all__ = [
     "add_recompile_report",
     "bump",
     "clear_all",
+    "compiles_by_name",
     "counter_names",
     "counter_value",
     "metric_data",
     "metric_names",
     "metrics_report",
     "record",
+    "record_compile",
     "recompile_reports",
     "short_metrics_report",
     "timed",
@@ -33,6 +37,7 @@ _COUNTERS: dict[str, int] = {}
 _METRICS: dict[str, list] = {}  # name -> [count, total, deque of recent samples]
 _SAMPLES_KEPT = 1024
 _RECOMPILES: deque = deque(maxlen=_SAMPLES_KEPT)  # why each recompile happened, newest last
+_COMPILES: dict[str, list] = {}  # program name -> [compiles, total seconds]
 
 
 def bump(name: str, n: int = 1) -> None:
@@ -85,10 +90,25 @@ def recompile_reports() -> list[str]:
     return list(_RECOMPILES)
 
 
+def record_compile(name: str, seconds: float) -> None:
+    entry = _COMPILES.get(name)
+    if entry is None:
+        entry = _COMPILES[name] = [0, 0.0]
+    entry[0] += 1
+    entry[1] += seconds
+
+
+def compiles_by_name() -> dict[str, tuple[int, float]]:
+    """Program name -> (compiles, total seconds), most compiled first."""
+    ordered = sorted(_COMPILES.items(), key=lambda item: (-item[1][0], item[0]))
+    return {name: (count, total) for name, (count, total) in ordered}
+
+
 def clear_all() -> None:
     _COUNTERS.clear()
     _METRICS.clear()
     _RECOMPILES.clear()
+    _COMPILES.clear()
 
 
 def _fmt_seconds(s: float) -> str:
@@ -113,6 +133,11 @@ def metrics_report() -> str:
     for name in counter_names():
         lines.append(f"Counter: {name}")
         lines.append(f"  Value: {_COUNTERS[name]}")
+    by_name = compiles_by_name()
+    if by_name:
+        lines.append("Compiles by program name:")
+        for name, (count, total) in by_name.items():
+            lines.append(f"  {name}: {count} compile(s), {_fmt_seconds(total)}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "device",
     "device_count",
     "distributed",
+    "dump_graphs",
     "eager_mode",
     "eager_mode_context",
     "from_jax",
@@ -128,6 +129,14 @@ def sync(wait: bool = False) -> None:
     (``LAZAX_CHECKS=0`` turns the checks off; docs/reliability.md).
     """
     _executor.sync(wait=wait)
+
+
+def dump_graphs(path):
+    """``with lx.dump_graphs("dumps"): step()``: write every graph compiled in the block
+    to ``path``: lazax's IR, the StableHLO jax lowered and XLA's optimized HLO, named
+    after the program, with a line per compile in ``summary.jsonl`` saying why it
+    compiled. ``LAZAX_DUMP_DIR`` does the same for a whole run (docs/profiling.md)."""
+    return _executor.EXECUTOR.dump_graphs(path)
 
 
 def wait_device_ops() -> None:

@@ -9,11 +9,13 @@
 ``recompile_reports()``: why each recent recompile happened (a graph name or code
 location compiling a graph again), e.g. "input 0 shape changed from (8, 128) to
 (8, 96) at train.py:42 (in step)"; ``LAZAX_DEBUG_RECOMPILES=1`` prints them as they
-happen.
+happen. ``compiles_by_name()``: program name -> (compiles, seconds), most compiled
+first; ``metrics_report()`` ends with the same list.
 """
 
 from lazax.executor.metrics import (
     clear_all,
+    compiles_by_name,
     counter_names,
     counter_value,
     metric_data,
@@ -25,6 +27,7 @@ from lazax.executor.metrics import (
 
 __all__ = [
     "clear_all",
+    "compiles_by_name",
     "counter_names",
     "counter_value",
     "metric_data",

@@ -12,6 +12,10 @@ Contract of ``CompileStage``:
   process agrees on it (``agreement``). ``name`` is the program's name in XLA's dumps
   and profiles; it is not part of the key (a graph compiled under one name and met
   under another keeps its first name). Running the executable is the execute stage's.
+  Given the graph's ``GraphFacts``, every compile is told to the recompile log (a
+  compile after the first of a name has a report), counted by name
+  (``metrics.compiles_by_name``), and dumped while ``dumps.directory`` is set
+  (``LAZAX_DUMP_DIR``: ``dump``). The compile is a profiler span ``lazax::compile``.
 - The persistent tier (``LAZAX_PERSISTENT_CACHE_DIR``) is set up at the first use of the
   runtime; its hits, misses and unreadable entries are counted.
 - An eviction from the LRU is counted; every capacity's worth of them lets jax drop its
@@ -22,13 +26,17 @@ Both the barrier and a captured graph's replay compile here.
 from __future__ import annotations
 
 import warnings
+from time import perf_counter
 
 from lazax import cache as lazax_cache
 from lazax import ir, pjrt
 
 from .. import metrics
+from ..config import settings
+from ..profiling import span
 from .agreement import agree
-from .keys import KeyParts, RecompileLog
+from .dump import GraphDumps
+from .keys import GraphFacts, KeyParts, RecompileLog
 from .map_guard import MapGuard
 
 __all__ = ["CompileStage", "Program"]
@@ -58,6 +66,7 @@ class CompileStage:
         self._persistent_checked = False
         self.recompiles = RecompileLog()
         self.map_guard = MapGuard()
+        self.dumps = GraphDumps(settings().dump_dir)
 
     @property
     def runtime(self) -> pjrt.PjrtRuntime:
@@ -132,12 +141,19 @@ class CompileStage:
             self.cache.resize(capacity)
 
     # -- compiling ---------------------------------------------------------------------
-    def compile_executable(self, fn, arg_specs, arg_shardings=None, donate=(), name=None):
+    def compile_executable(
+        self, fn, arg_specs, arg_shardings=None, donate=(), name=None, keep_source=False
+    ):
         """``runtime.compile``, with the persistent tier's outcome counted:
         ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
         (corrupt, truncated, foreign) as ``PersistentCacheLoadFailure`` and a warning."""
         entry = self.runtime.compile(
-            fn, arg_specs, arg_shardings=arg_shardings, donate=donate, name=name
+            fn,
+            arg_specs,
+            arg_shardings=arg_shardings,
+            donate=donate,
+            name=name,
+            keep_source=keep_source,
         )
         if entry.persistent == "hit":
             metrics.bump("PersistentCacheHit")
@@ -159,23 +175,48 @@ class CompileStage:
         lines=None,
         name=None,
         site: tuple[str | None, str] = (None, ""),
+        facts: GraphFacts | None = None,
+        shardings=None,
+        report_as: str | None = None,
     ):
         """Lower, compile and keep under ``key`` (see the module's contract). ``lines``:
         the graph's description (or a callable giving it) that a job's processes
-        compare; ``site``: (graph name, user frame), named if they disagree."""
+        compare; ``site``: (graph name, user frame), named if they disagree. ``facts``
+        (``keys.GraphFacts``): what explains and dumps this compile; with it, the
+        compile is told to the recompile log under ``report_as`` (default: ``name``),
+        with ``shardings`` (the key's form) and ``donate``."""
         if arg_shardings is not None and self.runtime.process_count > 1:
             if any(pjrt.spans_processes(s) for s in arg_shardings):
                 agree(self.runtime, key, lines, *site)
-        with metrics.timed(timer):
+        named_key = why = None
+        if facts is not None:
+            named_key = self.keys.cache_key(facts, shardings, donate)
+            report_site = report_as or name or "a graph"
+            why = self.recompiles.on_compile(
+                report_site, facts, named_key, site[1], shardings, donate
+            )
+            why = why or f"first compile of {report_site}"
+        dumps = self.dumps
+        start = perf_counter()
+        with span("compile", name), metrics.timed(timer):
             fn, arg_specs = lower_fn()
             packing = fn.packing  # parameter positions -> argument positions
             if arg_shardings is not None:
                 arg_shardings = packing.shardings(arg_shardings)
             entry = self.compile_executable(
-                fn, arg_specs, arg_shardings, packing.donated(donate), name
+                fn,
+                arg_specs,
+                arg_shardings,
+                packing.donated(donate),
+                name,
+                keep_source=dumps.directory is not None,
             )
+        seconds = perf_counter() - start
+        metrics.record_compile(name or "unnamed", seconds)
         # The device-side checks the trace found (``lower``): one more output.
         entry.annotations = Program(list(fn.checks) or None, packing)
         self.cache.put(key, entry)
         self.map_guard.after_compile(self.cache, self.runtime)
+        if dumps.directory is not None:
+            dumps.write(self.runtime, name or "unnamed", entry, facts, named_key, why, seconds)
         return entry

@@ -5,9 +5,10 @@ the program's arguments (``arguments``) and run the executable asynchronously
 (the outputs are futures), timed as ``timer``; count the donated buffers
 (``DonatedBuffers``); turn the runtime's out-of-memory error into
 ``torch.OutOfMemoryError`` naming ``what`` and, where the caller has it, the graph's
-inputs (``oom``). Nothing here touches a tensor or reads the program's device-side
-checks (its last output, when ``entry.annotations.checks``): the barrier and the replay
-queue those and hand the results back themselves.
+inputs (``oom``). The dispatch is a profiler span ``lazax::execute <program name>``.
+Nothing here touches a tensor or reads the program's device-side checks (its last
+output, when ``entry.annotations.checks``): the barrier and the replay queue those and
+hand the results back themselves.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from time import perf_counter
 from lazax import ir, pjrt
 
 from .. import metrics
+from ..profiling import span
 from .oom import out_of_memory
 
 __all__ = ["execute"]
@@ -40,7 +42,8 @@ def execute(
     args = packing.arrange(values)
     start = perf_counter()  # not metrics.timed: a context manager costs per op here
     try:
-        outputs = runtime.execute(entry, args)
+        with span("execute", entry.name):
+            outputs = runtime.execute(entry, args)
     except pjrt.DeviceOutOfMemory as err:
         # The sizes the runtime reports are per argument: name the parameters behind them.
         inputs = None if graph is None else [graph.parameters[i] for i in packing.singles]

@@ -40,6 +40,7 @@ from lazax import ir, pjrt
 
 from .. import metrics
 from ..config import settings
+from ..profiling import span
 from ..state.storage import COMMIT_LOCK, PENDING, is_storage
 from ..state.values import ir_value
 from .agreement import describe
@@ -48,6 +49,7 @@ from .compile import CompileStage
 from .debug import unexpected_execution, user_location, user_site
 from .donation import DonationPolicy
 from .execute import execute
+from .keys import GraphFacts
 from .lower import lower
 from .placement import place_arguments, placement
 
@@ -125,6 +127,19 @@ class GraphExecutor:
         """Use ``path`` as the persistent tier (see ``lazax.cache``). Before the first
         compile only."""
         return self.compiler.set_persistent_cache_dir(path, read_only)
+
+    @contextmanager
+    def dump_graphs(self, path):
+        """``with EXECUTOR.dump_graphs(dir): ...``: every graph compiled in the block is
+        written to ``dir`` (``barrier.dump``; ``None``: none); the setting before the
+        block (``LAZAX_DUMP_DIR``'s) comes back after it."""
+        dumps = self.compiler.dumps
+        saved = dumps.directory
+        dumps.directory = path
+        try:
+            yield dumps.directory
+        finally:
+            dumps.directory = saved
 
     def compile_site(self) -> tuple[str, str]:
         """(site, frame) of a compile: the graph name if set, else the user's code
@@ -261,75 +276,75 @@ class GraphExecutor:
         results are in place."""
         if self.capture_guard is not None:  # before hooks and counters see a graph
             self.capture_guard("an execution")
-        compiler = self.compiler
-        graph = ir.collect(roots, salt=compiler.device_salt_hash)
-        for hook in self.graph_hooks:
-            hook(self.graph_name, graph)
-        if self.graph_count_session is not None:
-            self.graph_count_session.check(graph)
-        eager = self.eager
-        runtime = compiler.runtime
-        placed = placement(graph, runtime)  # None unless something was ever sharded
-        donate = self.donation.choose(graph, roots, targets, bump) if targets else ()
-        shardings = placed[0] if placed is not None else None
-        key = compiler.keys.memory_key(graph.hash, shardings, donate)
-        entry = compiler.lookup(key)
-        if entry is None:
-            metrics.bump("UncachedCompile")
-            self.check_execution_allowed("a compile", graph)
-            if not eager:  # eager compiles per op shape: every new shape is expected
-                compiler.recompiles.on_compile(*self._site(graph, placed, donate))
-            entry = compiler.compile(
-                key,
-                lambda: lower(graph),
-                timer="EagerOpCompileTime" if eager else "CompileTime",
-                arg_shardings=placed[1] if placed is not None else None,
-                donate=donate,
-                lines=lambda: describe(graph),
-                name=self.program_name(roots, eager),
-                site=(self.graph_name, self.compile_site()[1]),
-            )
-        else:
-            metrics.bump("CachedCompile")
-            self.check_execution_allowed("an execution", graph)
-        args = [p.data for p in graph.parameters]
-        if placed is not None:
-            place_arguments(runtime, args, placed[1], graph.parameters)
-        outputs = execute(
-            runtime,
-            entry,
-            args,
-            timer="EagerOpExecuteTime" if eager else "ExecuteTime",
-            donated=len(donate),
-            what=self._describe_for_oom,
-            graph=graph,
-        )
-        results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
-        checks = entry.annotations.checks
-        if checks:  # device-side checks: the flags are the last output
-            reached = graph.reached
-            sites = [(reached[p].op, reached[p].data) for p, _, _ in checks]
-            name = self.graph_name
-            if eager:  # the op raises itself, before its outputs are handed out
-                CHECKS.queue(outputs[-1], checks, sites, name, "eager")
-                CHECKS.resolve(runtime)
-            elif donate:
-                CHECKS.queue(outputs[-1], checks, sites, name, "donated")
+        # A span per sync, named as its program, while a profiler records (else free).
+        with span("sync", lambda: self.program_name(roots, self.eager)):
+            compiler = self.compiler
+            graph = ir.collect(roots, salt=compiler.device_salt_hash)
+            for hook in self.graph_hooks:
+                hook(self.graph_name, graph)
+            if self.graph_count_session is not None:
+                self.graph_count_session.check(graph)
+            eager = self.eager
+            runtime = compiler.runtime
+            placed = placement(graph, runtime)  # None unless something was ever sharded
+            donate = self.donation.choose(graph, roots, targets, bump) if targets else ()
+            shardings = placed[0] if placed is not None else None
+            key = compiler.keys.memory_key(graph.hash, shardings, donate)
+            entry = compiler.lookup(key)
+            if entry is None:
+                metrics.bump("UncachedCompile")
+                self.check_execution_allowed("a compile", graph)
+                name = self.program_name(roots, eager)
+                site, frame = self.compile_site()
+                entry = compiler.compile(
+                    key,
+                    lambda: lower(graph),
+                    timer="EagerOpCompileTime" if eager else "CompileTime",
+                    arg_shardings=placed[1] if placed is not None else None,
+                    donate=donate,
+                    lines=lambda: describe(graph),
+                    name=name,
+                    site=(self.graph_name, frame),
+                    facts=GraphFacts(graph, text=compiler.dumps.directory is not None),
+                    shardings=shardings,
+                    # An eager op's shapes are its site; a lazy graph's, where it synced.
+                    report_as=name if eager and not self.graph_name else site,
+                )
             else:
-                nodes = [reached[p] for p, _, _ in checks]
-                undo = (list(targets), roots, results, nodes)
-                CHECKS.queue(outputs[-1], checks, sites, name, "reverted", undo)
-        return results
+                metrics.bump("CachedCompile")
+                self.check_execution_allowed("an execution", graph)
+            args = [p.data for p in graph.parameters]
+            if placed is not None:
+                place_arguments(runtime, args, placed[1], graph.parameters)
+            outputs = execute(
+                runtime,
+                entry,
+                args,
+                timer="EagerOpExecuteTime" if eager else "ExecuteTime",
+                donated=len(donate),
+                what=self._describe_for_oom,
+                graph=graph,
+            )
+            results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
+            checks = entry.annotations.checks
+            if checks:  # device-side checks: the flags are the last output
+                reached = graph.reached
+                sites = [(reached[p].op, reached[p].data) for p, _, _ in checks]
+                name = self.graph_name
+                if eager:  # the op raises itself, before its outputs are handed out
+                    CHECKS.queue(outputs[-1], checks, sites, name, "eager")
+                    CHECKS.resolve(runtime)
+                elif donate:
+                    CHECKS.queue(outputs[-1], checks, sites, name, "donated")
+                else:
+                    nodes = [reached[p] for p, _, _ in checks]
+                    undo = (list(targets), roots, results, nodes)
+                    CHECKS.queue(outputs[-1], checks, sites, name, "reverted", undo)
+            return results
 
     def _describe_for_oom(self) -> str:
         what = f"graph {self.graph_name}" if self.graph_name else "a graph"
         return f"{what} (synced at {self.compile_site()[1]})"
-
-    def _site(self, graph: ir.Graph, placed=None, donate=()):
-        site, frame = self.compile_site()
-        shardings = placed[0] if placed is not None else None
-        key = self.compiler.keys.cache_key(graph, shardings, donate)
-        return site, graph, key, frame, shardings, donate
 
     def check_execution_allowed(self, what: str, graph: ir.Graph | None = None) -> None:
         """Inside ``compile(full_graph=True)``: report and raise before anything runs.

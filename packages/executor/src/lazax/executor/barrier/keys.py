@@ -13,12 +13,14 @@ Contract:
   environment parts, the input shardings' key and the donated inputs. It leaves out
   ``inputs``, which the graph hash covers (device data hashes by spec); the named form
   exists to say which part changed. The barrier and the replay build both here.
-- ``RecompileLog.on_compile(site, graph, key)`` is told of every compile; when ``site``
-  (a graph name, or else the user's code location) already compiled a graph, it records
-  why this one differs: the first differing key part and, inside the graph, the first
-  differing input spec or node, with the user's Python frame. ``LAZAX_DEBUG_RECOMPILES=1``
-  prints each report to stderr. Misses are logged with their parts at DEBUG level on the
-  ``lazax.cache`` logger.
+- ``GraphFacts(graph)``: what is kept of a graph to key, explain and dump a compile.
+- ``RecompileLog.on_compile(site, facts, key)`` is told of every compile (by the compile
+  stage, for the barrier, eager ops and replays alike); when ``site`` (a graph name, an
+  eager op's name, a dynamo graph's name, or else the user's code location) already
+  compiled a graph, it records why this one differs: the first differing key part
+  and, inside the graph, the first differing input spec or node, with the user's Python
+  frame. ``LAZAX_DEBUG_RECOMPILES=1`` prints each report to stderr. Misses are logged
+  with their parts at DEBUG level on the ``lazax.cache`` logger.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from .._version import __version__
 from ..config import settings
 from .checks import CHECKS
 
-__all__ = ["KeyParts", "RecompileLog"]
+__all__ = ["GraphFacts", "KeyParts", "RecompileLog"]
 
 _LOG = logging.getLogger("lazax.cache")
 
@@ -75,17 +77,22 @@ class KeyParts:
         return graph_hash, self._digest, shardings, donate
 
     def cache_key(
-        self, graph: ir.Graph, shardings: tuple | None = None, donate: tuple = ()
+        self, graph: ir.Graph | GraphFacts, shardings: tuple | None = None, donate: tuple = ()
     ) -> CacheKey:
-        """``shardings``: the SPMD input shardings (mesh, per-input spec), if any;
-        ``donate``: the donated input indices."""
-        specs = tuple((p.specs[0].shape, p.specs[0].dtype) for p in graph.parameters)
+        """``graph``: the graph, or what was kept of it (``GraphFacts``); ``shardings``:
+        the SPMD input shardings (mesh, per-input spec), if any; ``donate``: the donated
+        input indices."""
+        specs = graph.inputs if type(graph) is GraphFacts else _input_specs(graph)
         parts = {"graph": graph.hash, "inputs": ir.stable_hash(specs), **self.environment()}
         if shardings is not None:
             parts["shardings"] = ir.stable_hash(repr(shardings))
         if donate:
             parts["donated"] = ir.stable_hash(tuple(donate))
         return CacheKey(parts)
+
+
+def _input_specs(graph: ir.Graph) -> tuple:
+    return tuple((p.specs[0].shape, p.specs[0].dtype) for p in graph.parameters)
 
 
 def _summary(graph: ir.Graph) -> tuple[list, list]:
@@ -95,6 +102,21 @@ def _summary(graph: ir.Graph) -> tuple[list, list]:
 
 
 _LEAVES = (ir.DEVICE_DATA, ir.SCALAR)
+
+
+class GraphFacts:
+    """What the compile stage keeps of a graph to key, explain and dump its compiles:
+    its hash, its inputs' specs, the summary a recompile report compares, and (``text``,
+    when asked) its readable IR. It holds no node, so no device buffer: a replay keeps
+    it to explain a compile after an eviction."""
+
+    __slots__ = ("hash", "inputs", "summary", "text")
+
+    def __init__(self, graph: ir.Graph, text: bool = False) -> None:
+        self.hash = graph.hash
+        self.inputs = _input_specs(graph)
+        self.summary = _summary(graph)
+        self.text = ir.dump(graph) if text else None
 
 
 def _graph_difference(before: tuple[list, list], now: tuple[list, list]) -> str:
@@ -158,11 +180,12 @@ class RecompileLog:
         self.last: dict[str, tuple[CacheKey, tuple[list, list]]] = {}
 
     def on_compile(
-        self, site: str, graph: ir.Graph, key: CacheKey, frame: str, shardings=None, donate=()
+        self, site: str, facts: GraphFacts, key: CacheKey, frame: str, shardings=None, donate=()
     ) -> str | None:
+        """Record this compile of ``site``; the report if ``site`` compiled before."""
         if _LOG.isEnabledFor(logging.DEBUG):
             _LOG.debug("lazax cache miss at %s: %r", site, key)
-        summary = _summary(graph)
+        summary = facts.summary
         previous = self.last.get(site)
         self.last[site] = (key, summary, shardings, donate)
         if previous is None:

@@ -40,10 +40,12 @@ from ..barrier.agreement import describe
 from ..barrier.checks import CHECKS
 from ..barrier.execute import execute
 from ..barrier.executor import EXECUTOR
+from ..barrier.keys import GraphFacts
 from ..barrier.lower import lower
 from ..barrier.placement import place_arguments, placement
 from ..barrier.placement import signature as sharding_signature
 from ..ops import checked_ops
+from ..profiling import span
 from ..state.layout import Layout
 from ..state.rng import RNG
 from ..state.storage import Storage
@@ -183,6 +185,8 @@ class Replay:
         compiler = EXECUTOR.compiler
         graph = ir.collect(roots, salt=compiler.device_salt_hash)
         self.hash = graph.hash
+        # What explains (and dumps) each compile of this replay, without its IR's nodes.
+        self.facts = GraphFacts(graph, text=compiler.dumps.directory is not None)
         # Where each op with device-side checks was traced, by its place in the walk
         # (what a failed check names; the compiled program says which ones check).
         checked = checked_ops()
@@ -240,9 +244,17 @@ class Replay:
             lines=self.lines,
             name=EXECUTOR.graph_name or self.name,
             site=(EXECUTOR.graph_name, EXECUTOR.compile_site()[1]),
+            facts=self.facts,
+            shardings=None if self.placement is None else self.placement[0],
         )
 
     def run(self, args):
+        """The graph's outputs for ``args`` (see the module docstring); a profiler span
+        ``lazax::replay <name>``."""
+        with span("replay", lambda: EXECUTOR.graph_name or self.name):
+            return self._run(args)
+
+    def _run(self, args):
         outputs = self._execute(args) if self.lowered is not None else []
         results = []
         bases: dict[int, LazyTensor] = {}

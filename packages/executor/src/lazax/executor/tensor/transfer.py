@@ -23,6 +23,7 @@ from lazax import ir, pjrt
 from .. import metrics
 from ..barrier.executor import EXECUTOR
 from ..barrier.oom import out_of_memory
+from ..profiling import span
 from ..state.dtypes import dtype_name, torch_dtype
 from ..state.values import ir_value
 
@@ -117,10 +118,15 @@ def jax_value(t: torch.Tensor):
     return ir_value(t).node.data
 
 
+def _shape_text(shape, dtype: torch.dtype) -> str:
+    return f"{tuple(shape)} {str(dtype).replace('torch.', '')}"
+
+
 def host_tensor(buffer, dtype: torch.dtype, shape, read=None) -> torch.Tensor:
     """``buffer`` as a CPU tensor of ``dtype`` and ``shape``; ``read``: buffer -> numpy
     array (default: the whole value, ``runtime.to_host``)."""
-    with metrics.timed("TransferFromDeviceTime"):
+    reading = span("to_host", lambda: _shape_text(shape, dtype))
+    with reading, metrics.timed("TransferFromDeviceTime"):
         try:
             array = (read or EXECUTOR.runtime.to_host)(buffer)
         except pjrt.SplitAcrossProcessesError as err:
