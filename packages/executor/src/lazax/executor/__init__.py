@@ -50,6 +50,7 @@ from .distributed.sharding import (  # noqa: E402
 from .hooks.autocast import install as _install_autocast  # noqa: E402
 from .hooks.autocast import missing_policies as autocast_missing_policies  # noqa: E402
 from .hooks.checkpoint import install as _install_checkpoint  # noqa: E402
+from .hooks.data_dependent import install as _install_data_dependent  # noqa: E402
 from .hooks.dlpack import install as _install_dlpack  # noqa: E402
 from .hooks.module_moves import install as _install_module_moves  # noqa: E402
 from .hooks.storages import install as _install_storages  # noqa: E402
@@ -77,6 +78,7 @@ _install_storages()
 _install_autocast()
 _install_checkpoint()
 _install_dlpack()
+_install_data_dependent()
 install_auto_loops()
 install_control_flow()
 

@@ -11,6 +11,7 @@ from . import (  # noqa: E402,F401
     elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
     fft,  # _fft_r2c, _fft_c2r, _fft_c2c (every torch.fft function, + gradients)
     foreach,  # the _foreach_* ops optimizers use
+    histograms,  # histc (integer inputs too, as on CUDA)
     indexing,  # cat/stack, index/index_put, gather/scatter, index_add/copy/fill, take
     jax_calls,  # lazax::call_jax: a JAX function as one node (+ its vjp)
     linalg,  # mm, bmm, addmm, baddbmm, dot
