@@ -15,6 +15,7 @@ recompile), so a test or a launcher that sets a variable before that point is ob
 | ``LAZAX_CHECKS`` | 1 | device-side checks of bad indices and targets (a key part) |
 | ``LAZAX_DEBUG_RECOMPILES`` | 0 | print each recompile report to stderr |
 | ``LAZAX_DISTRIBUTED_TIMEOUT`` | 300 | seconds a process waits for the others to agree |
+| ``LAZAX_FALLBACK`` | warn | an op run on the CPU: ``warn`` once per op, ``silent``, ``error`` |
 | ``LAZAX_DUMP_DIR`` | unset | write each compiled graph's IR, StableHLO and HLO there |
 
 The computation cache reads its own (``LAZAX_COMPILATION_CACHE_SIZE``,
@@ -28,12 +29,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["DEVICE_NAME", "Settings", "settings"]
+__all__ = ["DEVICE_NAME", "FALLBACK_MODES", "Settings", "settings"]
 
 # torch's PrivateUse1 backend, renamed: tensors say ``device='lazax:0'``.
 DEVICE_NAME = "lazax"
 
 _OFF = ("", "0", "false")
+
+# What an op without a lowering does (``dispatch.fallback``): run on the CPU and warn
+# once per op, run on the CPU silently, or raise at the call.
+FALLBACK_MODES = ("warn", "silent", "error")
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -52,6 +57,7 @@ class Settings:
     debug_recompiles: bool
     distributed_timeout_s: float
     scan_layers: bool
+    fallback: str
     dump_dir: str | None
 
 
@@ -66,5 +72,17 @@ def settings() -> Settings:
         debug_recompiles=_flag("LAZAX_DEBUG_RECOMPILES", False),
         distributed_timeout_s=float(env.get("LAZAX_DISTRIBUTED_TIMEOUT", "300")),
         scan_layers=_flag("LAZAX_SCAN_LAYERS", False),
+        fallback=_fallback_mode(env.get("LAZAX_FALLBACK")),
         dump_dir=env.get("LAZAX_DUMP_DIR") or None,
     )
+
+
+def _fallback_mode(raw: str | None) -> str:
+    mode = (raw or "warn").strip().lower()
+    if mode not in FALLBACK_MODES:
+        raise ValueError(
+            f"LAZAX_FALLBACK={raw!r}: expected one of {', '.join(FALLBACK_MODES)} "
+            f"(warn: run an op without a lowering on the CPU and warn once per op; "
+            f"silent: run it without a warning; error: raise at the call)"
+        )
+    return mode

@@ -7,20 +7,31 @@ to the CPU (syncing it), runs torch's CPU kernel, writes every argument the op m
 back into its lazax tensor (through views), and uploads the new outputs. Outputs that
 alias a mutated argument come back as that argument. A program never fails only
 because an op has no lowering; it is slower, and the counter says which op.
+
+No silent CPU work (``LAZAX_FALLBACK``, read at each fallback): ``warn`` (the default)
+warns the first time each op falls back in the process (a ``UserWarning`` naming the op,
+the user's file and line that called it, the counter, and the switch); ``silent`` only
+counts; ``error`` raises ``RuntimeError`` at the call, before anything runs. Factories
+that lazax builds on the host by design (``dispatch.kernels``: ``full``, ``eye``...,
+no device input to read) pass ``notice=False``: counted, never warned about or refused.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .. import metrics
+from ..barrier.checks import trace_site
 from ..barrier.executor import EXECUTOR
+from ..config import settings
 from ..state.layout import Layout
 from ..state.values import write
 from ..tensor.lazy import LazyTensor, new_tensor, resize_to
 from ..tensor.transfer import from_cpu, to_cpu
 
-__all__ = ["fallback"]
+__all__ = ["fallback", "forget_warnings"]
 
 
 def _to_cpu_arg(value):
@@ -61,9 +72,54 @@ def _resizable(value):
     return value
 
 
-def fallback(func, args, kwargs):
+_WARNED: set[str] = set()  # ops warned about in this process
+
+
+def _where() -> tuple[str, str | None, int]:
+    site = trace_site()
+    if site is None:
+        return "<unknown>", None, 0
+    filename, line, function = site
+    return f"{filename}:{line} (in {function})", filename, line
+
+
+def _notice(name: str) -> None:
+    """Warn about (or refuse) a CPU fallback of ``name``, as ``LAZAX_FALLBACK`` says."""
+    mode = settings().fallback
+    if mode == "silent" or (mode == "warn" and name in _WARNED):
+        return
+    where, filename, line = _where()
+    if mode == "error":
+        raise RuntimeError(
+            f"lazax: {name} has no lowering for this call and would run on the CPU, at "
+            f"{where}; LAZAX_FALLBACK=error makes that an error. Unset LAZAX_FALLBACK (or "
+            f"set it to warn) to let it run on the CPU, counted in "
+            f"lx.metrics.counter_value({name!r})."
+        )
+    _WARNED.add(name)
+    message = (
+        f"lazax: {name} has no lowering for this call and ran on the CPU (called at "
+        f"{where}): each such call syncs, copies its inputs to the host and its results "
+        f"back. lx.metrics.counter_value({name!r}) counts them. LAZAX_FALLBACK=error "
+        f"makes these calls raise where they happen; LAZAX_FALLBACK=silent hides this "
+        f"warning (given once per op and process)."
+    )
+    if filename is None:
+        warnings.warn(message, UserWarning, stacklevel=2)
+    else:  # attributed to the user's line, as if their call had warned
+        warnings.warn_explicit(message, UserWarning, filename, line)
+
+
+def forget_warnings() -> None:
+    """Warn again about ops already warned about (tests)."""
+    _WARNED.clear()
+
+
+def fallback(func, args, kwargs, notice: bool = True):
     name = func._schema.name
     EXECUTOR.check_execution_allowed(f"a CPU fallback of {name}")
+    if notice:
+        _notice(name)  # raises before anything runs under LAZAX_FALLBACK=error
     metrics.bump(name)  # counted only once it is allowed to run
     # Written tensors are cloned: the CPU kernel may resize them (out=, and in place:
     # addbmm_ on a (1,) self), and a tensor over a numpy buffer cannot be resized.
