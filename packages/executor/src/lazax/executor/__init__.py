@@ -53,6 +53,7 @@ from .hooks.checkpoint import install as _install_checkpoint  # noqa: E402
 from .hooks.data_dependent import install as _install_data_dependent  # noqa: E402
 from .hooks.dlpack import install as _install_dlpack  # noqa: E402
 from .hooks.module_moves import install as _install_module_moves  # noqa: E402
+from .hooks.pinned import install as _install_pinned  # noqa: E402
 from .hooks.storages import install as _install_storages  # noqa: E402
 from .interop import call_jax, from_jax, prepare_call_jax, register_lowering, to_jax  # noqa: E402
 from .loops import install_auto_loops, install_control_flow, scan_layers  # noqa: E402
@@ -78,6 +79,7 @@ _install_storages()
 _install_autocast()
 _install_checkpoint()
 _install_dlpack()
+_install_pinned()
 _install_data_dependent()
 install_auto_loops()
 install_control_flow()
