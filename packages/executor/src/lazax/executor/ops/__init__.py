@@ -9,6 +9,7 @@ from . import (  # noqa: E402,F401
     conv,  # convolution (+ transposed), reflection/replication padding, pixel shuffle
     core,  # copies, conversions, factories, view pseudo-ops
     elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
+    experts,  # _grouped_mm (mixture-of-experts products), transformers' grouped_mm ops
     fft,  # _fft_r2c, _fft_c2r, _fft_c2c (every torch.fft function, + gradients)
     foreach,  # the _foreach_* ops optimizers use
     histograms,  # histc (integer inputs too, as on CUDA)

@@ -19,6 +19,12 @@ Contract:
 - A check registered for a functional overload also covers its in-place form (the plan
   is found by the functional's name). An ``out=`` overload has checks of its own (see
   ``dispatch.out_checks``): register them under the ``out=`` overload.
+
+The reverse also happens: a meta kernel that refuses what the CPU kernel computes
+(``_grouped_mm``'s takes bfloat16 only, CUDA's rule; the CPU kernel takes float32).
+``@output_specs(aten.x.overload)`` registers ``fn(*args, **kwargs)`` that lazax calls
+instead of the meta kernel, with the same meta arguments: it returns the outputs as
+meta tensors, raising the CPU kernel's errors itself. Same key rules as a check.
 """
 
 from __future__ import annotations
@@ -28,9 +34,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["argument_check", "argument_check_for", "scalar_type_name", "type_meta_name"]
+__all__ = [
+    "argument_check",
+    "argument_check_for",
+    "output_specs",
+    "output_specs_for",
+    "scalar_type_name",
+    "type_meta_name",
+]
 
 _CHECKS: dict[str, Callable[..., None]] = {}
+_SPECS: dict[str, Callable[..., Any]] = {}
 
 
 def argument_check(*ops: Any):
@@ -50,6 +64,26 @@ def argument_check(*ops: Any):
 def argument_check_for(name: str) -> Callable[..., None] | None:
     """The check registered for the overload named ``name`` (``"aten::uniform"``)."""
     return _CHECKS.get(name)
+
+
+def output_specs(*ops: Any):
+    """Register the decorated function as the output specs of ``ops``, in place of
+    their meta kernel."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for op in ops:
+            name = op if isinstance(op, str) else op.name()
+            if name in _SPECS:
+                raise RuntimeError(f"op {name} already has output specs")
+            _SPECS[name] = fn
+        return fn
+
+    return register
+
+
+def output_specs_for(name: str) -> Callable[..., Any] | None:
+    """The output specs registered for the overload named ``name``, if any."""
+    return _SPECS.get(name)
 
 
 # How torch's C++ messages print a dtype: as a ``ScalarType`` ("Long") or as a
