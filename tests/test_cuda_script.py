@@ -10,6 +10,8 @@ against what CUDA does where the CPU has no counterpart).
   ``data_ptr()`` raises instead of answering 0.
 """
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -107,3 +109,103 @@ def test_a_pinned_memory_dataloader_with_workers_trains_as_on_the_cpu(device_arg
     torch.testing.assert_close(losses, cpu_losses, rtol=1e-5, atol=1e-6)
     for got, want in zip(params, cpu_params):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+# -- aliasing: set_ and data pointers ----------------------------------------------
+
+
+def _both(fn):
+    """``fn(device)`` on the CPU and on lazax; their results, on the CPU."""
+    cpu = fn("cpu")
+    got = fn(DEV)
+    return cpu, tuple(g.cpu() if isinstance(g, torch.Tensor) else g for g in got)
+
+
+def test_set_to_a_tensor_shares_its_storage_as_on_the_cpu():
+    def run(device):
+        a = torch.arange(6.0, device=device)
+        b = torch.empty(0, device=device)
+        assert b.set_(a) is b
+        b.mul_(2)  # seen through a
+        a[0] = -1.0  # seen through b
+        row = torch.arange(12.0, device=device).reshape(3, 4)[1]
+        c = torch.zeros(1, device=device).set_(row)
+        c.add_(100)
+        return a, b, row, c, b.is_set_to(a), c.stride(), c.storage_offset()
+
+    cpu, got = _both(run)
+    for want, have in zip(cpu, got):
+        if isinstance(want, torch.Tensor):
+            torch.testing.assert_close(have, want, rtol=0, atol=0)
+        else:
+            assert have == want
+
+
+def test_set_to_pending_work_and_a_shape_change():
+    def run(device):
+        a = torch.ones(2, 3, device=device) * 3  # pending on lazax
+        b = torch.zeros(5, device=device)
+        b.set_(a)
+        b.t_().add_(1)  # an in-place view op on b: a keeps its own metadata
+        return a, b, tuple(b.shape), b.is_set_to(a)
+
+    cpu, got = _both(run)
+    torch.testing.assert_close(got[0], cpu[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[1], cpu[1], rtol=0, atol=0)
+    assert got[2:] == cpu[2:]
+
+
+def test_set_to_a_storage_and_with_an_offset_as_on_the_cpu():
+    def run(device):
+        a = torch.arange(12.0, device=device)
+        b = torch.empty(0, device=device).set_(a.untyped_storage(), 2, (2, 3), (3, 1))
+        b.mul_(-1)
+        whole = torch.empty(0, device=device).set_(a.untyped_storage())
+        c = torch.empty(0, device=device).set_(a, 1, (4,), (2,))
+        c.add_(1000)
+        # a storage outlives its tensor, as on the CPU
+        kept = torch.empty(0, device=device).set_(
+            (torch.ones(3, device=device) * 7).untyped_storage()
+        )
+        return a, b, whole, c, kept, tuple(whole.shape)
+
+    cpu, got = _both(run)
+    for want, have in zip(cpu[:5], got[:5]):
+        torch.testing.assert_close(have, want, rtol=0, atol=0)
+    assert got[5] == cpu[5]
+
+
+def test_set_with_no_source_gives_an_empty_storage():
+    a = torch.arange(3.0, device=DEV)
+    b = torch.empty(0, device=DEV).set_(a)
+    b.set_()
+    assert b.shape == (0,) and b.cpu().tolist() == []
+    assert a.cpu().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_set_errors_are_torchs():
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch.empty(0).set_(torch.ones(3, dtype=torch.float64))
+    with pytest.raises(RuntimeError) as err:
+        torch.empty(0, device=DEV).set_(torch.ones(3, dtype=torch.float64, device=DEV))
+    assert str(err.value) == str(cpu_err.value)
+    with pytest.raises(RuntimeError, match=r"the devices must match"):
+        torch.empty(0, device=DEV).set_(torch.ones(3))
+    with pytest.raises(RuntimeError, match=r"out of bounds for storage of size 12"):
+        torch.empty(0, device=DEV).set_(torch.ones(3, device=DEV).untyped_storage(), 2, (2,))
+
+
+def test_data_ptr_raises_instead_of_answering_0():
+    t = torch.ones(3, device=DEV)
+    with pytest.raises(RuntimeError, match=r"cannot give the data pointer of a lazax:0 tensor"):
+        t.data_ptr()
+    with pytest.raises(RuntimeError, match=r"data pointer"):
+        t.untyped_storage().data_ptr()
+    # what still works: the buffer through DLPack, and deepcopy
+    assert torch.utils.dlpack.from_dlpack(t.__dlpack__()).tolist() == [1.0, 1.0, 1.0]
+    capsule = torch.utils.dlpack.to_dlpack(t)
+    assert torch.utils.dlpack.from_dlpack(capsule).data_ptr() != 0
+    model = nn.Linear(2, 2).to(DEV)
+    twin = copy.deepcopy(model)
+    twin.weight.data.mul_(0)
+    assert twin.weight.cpu().abs().sum() == 0 and model.weight.cpu().abs().sum() > 0

@@ -47,6 +47,7 @@ from .distributed.sharding import (  # noqa: E402
     mark_sharding,
     shard_shapes,
 )
+from .hooks.aliasing import install as _install_aliasing  # noqa: E402
 from .hooks.autocast import install as _install_autocast  # noqa: E402
 from .hooks.autocast import missing_policies as autocast_missing_policies  # noqa: E402
 from .hooks.checkpoint import install as _install_checkpoint  # noqa: E402
@@ -80,6 +81,7 @@ _install_autocast()
 _install_checkpoint()
 _install_dlpack()
 _install_pinned()
+_install_aliasing()
 _install_data_dependent()
 install_auto_loops()
 install_control_flow()

@@ -17,6 +17,12 @@ Contract:
   first ``set_`` on it uploads them as that tensor's dtype (and its shape, where the
   tensor covers the whole storage), and every later ``set_`` on the same carrier aliases
   that upload. The host bytes are dropped after the upload.
+- A lazax tensor's own torch storage (``t.untyped_storage()``, data-less) stands for
+  ``t``'s lazax ``Storage`` once Python asked for it (``install`` wraps
+  ``untyped_storage`` to note it), for as long as that torch storage lives:
+  ``u.set_(t.untyped_storage(), offset, size, stride)`` makes ``u`` a tensor over that
+  storage, sharing writes both ways, as on the CPU (its byte 0 is the base's; same
+  element size only).
 - ``set_`` of a lazax tensor to any other storage raises (torch's device error for a
   storage on another device).
 """
@@ -173,6 +179,70 @@ def _point_at(t: LazyTensor, storage: Storage, size, stride, offset) -> None:
     attach(t, value, layout, storage)
 
 
+# -- set_ on a lazax tensor's own storage ---------------------------------------------
+
+# A torch storage's address (``_cdata``) -> the lazax Storage it stands for. An entry
+# lives exactly as long as that torch storage (torch keeps a storage's Python object
+# while the storage lives; its finalizer drops the entry), so a reused address is never
+# taken for an old one; and a tensor given another lazax Storage is given another torch
+# storage too (``set_metadata``), so an entry never goes stale.
+_OWNED: dict[int, Storage] = {}
+_UNTYPED_STORAGE = torch.Tensor.untyped_storage
+
+
+def _untyped_storage(t):
+    """``LazyTensor.untyped_storage``: torch's own, noted as standing for ``t``'s."""
+    storage = _UNTYPED_STORAGE(t)
+    owned = getattr(t, "_lz_storage", None)  # None: a bare wrapper (set_metadata's)
+    key = storage._cdata
+    if owned is not None and key not in _OWNED:
+        _OWNED[key] = owned
+        weakref.finalize(storage, _OWNED.pop, key, None)
+    return storage
+
+
+def _owned(source) -> Storage | None:
+    if not isinstance(source, torch.UntypedStorage):
+        return None
+    return _OWNED.get(source._cdata)
+
+
+def _checked_layout(t, nbytes: int, offset, size, stride) -> tuple[tuple, tuple]:
+    itemsize = t.element_size()
+    if size is None:
+        size = (nbytes // itemsize,)
+    if stride is None or len(stride) == 0:
+        stride = contiguous_strides(tuple(size))
+    size, stride = tuple(size), tuple(stride)
+    needed = 0 if 0 in size else (offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1)
+    if needed * itemsize > nbytes:
+        raise RuntimeError(  # torch's message
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
+            f"{offset}, and itemsize {itemsize} requiring a storage size of "
+            f"{needed * itemsize} are out of bounds for storage of size {nbytes}"
+        )
+    return size, stride
+
+
+def _set_owned(t, source, storage: Storage, offset, size, stride):
+    if storage.device_index != t._lz_storage.device_index:
+        raise RuntimeError(  # torch's message
+            f'Attempted to set the storage of a tensor on device "{t.device}" to a '
+            f'storage on different device "{source.device}".  This is no longer '
+            f"allowed; the devices must match."
+        )
+    if torch_dtype(storage.spec.dtype).itemsize != t.element_size():
+        raise RuntimeError(
+            f"lazax can set_ a {t.dtype} tensor only to a storage of elements of its size, "
+            f"and this storage holds {storage.spec.dtype}; view the source tensor as "
+            f"{t.dtype} first, or copy it."
+        )
+    size, stride = _checked_layout(t, _storage_nbytes(storage), offset, size, stride)
+    set_metadata(t, size, stride, offset)
+    _point_at(t, storage, size, stride, offset)
+    return t
+
+
 def _set_storage(t, source, offset=0, size=None, stride=None):
     entry = _carrier_entry(source)
     if entry is None:
@@ -182,23 +252,14 @@ def _set_storage(t, source, offset=0, size=None, stride=None):
                 f'storage on different device "{source.device}".  This is no longer '
                 f"allowed; the devices must match."
             )
+        owned = _owned(source)
+        if owned is not None:
+            return _set_owned(t, source, owned, offset, size, stride)
         raise RuntimeError(
-            "lazax can set_ a tensor to a storage only where torch.load made that storage "
-            "on the lazax device; a lazax tensor's own storage holds no data to point at."
+            "lazax can set_ a tensor to a storage that torch.load made on the lazax device, "
+            "or to a lazax tensor's t.untyped_storage(); this storage is neither."
         )
-    itemsize = t.element_size()
-    if size is None:
-        size = (source.nbytes() // itemsize,)
-    if stride is None or len(stride) == 0:
-        stride = contiguous_strides(tuple(size))
-    size, stride = tuple(size), tuple(stride)
-    needed = 0 if 0 in size else (offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1)
-    if needed * itemsize > source.nbytes():
-        raise RuntimeError(  # torch's message
-            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
-            f"{offset}, and itemsize {itemsize} requiring a storage size of "
-            f"{needed * itemsize} are out of bounds for storage of size {source.nbytes()}"
-        )
+    size, stride = _checked_layout(t, source.nbytes(), offset, size, stride)
     set_metadata(t, size, stride, offset)
     with entry.lock:
         storage = entry.target()
@@ -303,6 +364,7 @@ def install() -> None:
     if _installed:
         return
     LazyTensor.__reduce_ex__ = reduce_tensor
+    LazyTensor.untyped_storage = _untyped_storage
     register_special(SET_STORAGE_HANDLERS)
     # Before torch's own entry for the PrivateUse1 device (11), which would allocate a
     # torch storage on the device: a lazax tensor has none.
