@@ -302,8 +302,11 @@ class PjrtRuntime(JobMethods):
                 return inner(*args)
 
             fn.__name__ = fn.__qualname__ = name
+        jit_options = {}
         if arg_shardings is None:
             arg_shardings = [self._shardings[device or self.default_device]] * len(arg_specs)
+            if device is not None:  # a program with no inputs would run on the default
+                jit_options["out_shardings"] = self._shardings[device]
         avals = [
             jax.ShapeDtypeStruct(shape, numpy_dtype(dtype), sharding=sharding)
             for (shape, dtype), sharding in zip(arg_specs, arg_shardings)
@@ -312,7 +315,7 @@ class PjrtRuntime(JobMethods):
             # The caller donates only arguments that an output can take over; where XLA
             # still declines one (a layout it prefers), that costs memory, not results.
             warnings.filterwarnings("ignore", message=_UNUSABLE_DONATION)
-            lowered = jax.jit(fn, donate_argnums=tuple(donate)).lower(*avals)
+            lowered = jax.jit(fn, donate_argnums=tuple(donate), **jit_options).lower(*avals)
         num_outputs = len(lowered.out_info)
         self._compiled = True
         target = device or self.default_device

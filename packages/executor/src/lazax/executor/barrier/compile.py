@@ -142,7 +142,14 @@ class CompileStage:
 
     # -- compiling ---------------------------------------------------------------------
     def compile_executable(
-        self, fn, arg_specs, arg_shardings=None, donate=(), name=None, keep_source=False
+        self,
+        fn,
+        arg_specs,
+        arg_shardings=None,
+        donate=(),
+        name=None,
+        keep_source=False,
+        device=None,
     ):
         """``runtime.compile``, with the persistent tier's outcome counted:
         ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
@@ -150,6 +157,7 @@ class CompileStage:
         entry = self.runtime.compile(
             fn,
             arg_specs,
+            device=device,
             arg_shardings=arg_shardings,
             donate=donate,
             name=name,
@@ -178,13 +186,15 @@ class CompileStage:
         facts: GraphFacts | None = None,
         shardings=None,
         report_as: str | None = None,
+        device=None,
     ):
         """Lower, compile and keep under ``key`` (see the module's contract). ``lines``:
         the graph's description (or a callable giving it) that a job's processes
         compare; ``site``: (graph name, user frame), named if they disagree. ``facts``
         (``keys.GraphFacts``): what explains and dumps this compile; with it, the
         compile is told to the recompile log under ``report_as`` (default: ``name``),
-        with ``shardings`` (the key's form) and ``donate``."""
+        with ``shardings`` (the key's form) and ``donate``. ``device``: the one device an
+        unsharded program runs on (None: the default one)."""
         if arg_shardings is not None and self.runtime.process_count > 1:
             if any(pjrt.spans_processes(s) for s in arg_shardings):
                 agree(self.runtime, key, lines, *site)
@@ -210,6 +220,7 @@ class CompileStage:
                 packing.donated(donate),
                 name,
                 keep_source=dumps.directory is not None,
+                device=device,
             )
         seconds = perf_counter() - start
         metrics.record_compile(name or "unnamed", seconds)

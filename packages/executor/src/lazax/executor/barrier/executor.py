@@ -41,7 +41,7 @@ from lazax import ir, pjrt
 from .. import metrics
 from ..config import settings
 from ..profiling import span
-from ..state.storage import COMMIT_LOCK, PENDING, is_storage
+from ..state.storage import COMMIT_LOCK, DEVICES_IN_USE, PENDING, by_device, is_storage
 from ..state.values import ir_value
 from .agreement import describe
 from .checks import CHECKS
@@ -182,7 +182,16 @@ class GraphExecutor:
                 targets.append(t)
         if not roots:
             return
-        results = self.run_graph(roots, targets, bump=sync_ltc_data)
+        if DEVICES_IN_USE.several:  # one graph per device
+            for index, pairs in _per_device(targets, roots):
+                self._run_and_settle(
+                    [p[1] for p in pairs], [p[0] for p in pairs], sync_ltc_data, index
+                )
+            return
+        self._run_and_settle(roots, targets, sync_ltc_data)
+
+    def _run_and_settle(self, roots, targets, sync_ltc_data: bool, device_index: int = 0):
+        results = self.run_graph(roots, targets, bump=sync_ltc_data, device_index=device_index)
         for target, root, value in zip(targets, roots, results):
             if is_storage(target):
                 # sync_ltc_data: views re-read from the materialised base rather
@@ -193,13 +202,14 @@ class GraphExecutor:
                     if target._lz_value is root:
                         target._lz_value = value
 
-    def run_new(self, roots) -> list[ir.Value]:
+    def run_new(self, roots, device_index: int = 0) -> list[ir.Value]:
         """Eager mode's functional op: run the values ``roots`` (one op's outputs, held
-        by no tensor yet) now, without blocking; their device data, in order. Nothing
-        to donate or settle: the caller makes the tensors from the results."""
+        by no tensor yet) now on ``lazax:device_index``, without blocking; their device
+        data, in order. Nothing to donate or settle: the caller makes the tensors from
+        the results."""
         with self.sync_lock:
             self.poll_checks()
-            return self.run_graph(list(roots))
+            return self.run_graph(list(roots), device_index=device_index)
 
     def sync_storages(self, storages) -> None:
         """Run the pending IR of these storages as one graph (an eager in-place write:
@@ -214,10 +224,11 @@ class GraphExecutor:
             return
         with self.sync_lock:
             self.poll_checks()
-            roots = [s.value for s in pending]
-            results = self.run_graph(roots, pending)
-            for storage, root, value in zip(pending, roots, results):
-                storage.settle(root, value)
+            for index, group in by_device(pending):
+                roots = [s.value for s in group]
+                results = self.run_graph(roots, group, device_index=index)
+                for storage, root, value in zip(group, roots, results):
+                    storage.settle(root, value)
 
     def sync(self, wait: bool = False) -> None:
         """Sync every live tensor with pending IR, as one graph. ``wait``: block until
@@ -225,19 +236,20 @@ class GraphExecutor:
         with self.sync_lock:
             self.poll_checks()
             storages = PENDING.take()
-            roots = [s.value for s in storages]
-            if roots:
+            for index, group in by_device(storages) if storages else ():
+                roots = [s.value for s in group]
                 try:
-                    results = self.run_graph(roots, storages)
+                    results = self.run_graph(roots, group, device_index=index)
                 except BaseException:
-                    PENDING.restore(storages)
+                    PENDING.restore([s for s in storages if s.pending])
                     # The traceback keeps this frame (and run_graph's) alive: it must
                     # not keep the storages, or a tensor the user drops stays pending.
                     storages.clear()
+                    group.clear()
                     raise
-                for storage, root, value in zip(storages, roots, results):
+                for storage, root, value in zip(group, roots, results):
                     storage.settle(root, value)
-                del roots, results
+                del roots, results, group
         if wait:
             self.runtime.wait([s.value.node.data for s in storages if not s.pending])
             self.read_checks()
@@ -268,18 +280,24 @@ class GraphExecutor:
         if buffers:
             self.runtime.wait(buffers)
 
-    def run_graph(self, roots: list[ir.Value], targets=(), bump: bool = True) -> list[ir.Value]:
+    def run_graph(
+        self, roots: list[ir.Value], targets=(), bump: bool = True, device_index: int = 0
+    ) -> list[ir.Value]:
         """Compile (or find) and execute the graph of ``roots``; device-data values.
         ``targets``: what each root's result will replace (storages, or view tensors):
         their IR is dropped (and, with ``bump``, their views' cached IR), so it does not
-        keep an input from being donated. The caller holds ``sync_lock`` until the
-        results are in place."""
+        keep an input from being donated. ``device_index``: the device the graph's
+        tensors live on (``lazax:N``), which it is compiled for and runs on. The caller
+        holds ``sync_lock`` until the results are in place."""
         if self.capture_guard is not None:  # before hooks and counters see a graph
             self.capture_guard("an execution")
         # A span per sync, named as its program, while a profiler records (else free).
         with span("sync", lambda: self.program_name(roots, self.eager)):
             compiler = self.compiler
-            graph = ir.collect(roots, salt=compiler.device_salt_hash)
+            salt = compiler.device_salt_hash
+            if device_index:  # the same graph on another device is another program
+                salt = hash((salt, device_index))
+            graph = ir.collect(roots, salt=salt)
             for hook in self.graph_hooks:
                 hook(self.graph_name, graph)
             if self.graph_count_session is not None:
@@ -309,6 +327,7 @@ class GraphExecutor:
                     shardings=shardings,
                     # An eager op's shapes are its site; a lazy graph's, where it synced.
                     report_as=name if eager and not self.graph_name else site,
+                    device=runtime.devices[device_index] if device_index else None,
                 )
             else:
                 metrics.bump("CachedCompile")
@@ -354,6 +373,15 @@ class GraphExecutor:
         if self.allow_execution:
             return
         raise unexpected_execution(what, self.graph_name, graph)
+
+
+def _per_device(targets: list, roots: list) -> list[tuple[int, list]]:
+    """(target, root) pairs grouped by their device, in first-seen order."""
+    groups: dict[int, list] = {}
+    for target, root in zip(targets, roots):
+        index = target.device_index if is_storage(target) else target._lz_storage.device_index
+        groups.setdefault(index, []).append((target, root))
+    return list(groups.items())
 
 
 EXECUTOR = GraphExecutor()

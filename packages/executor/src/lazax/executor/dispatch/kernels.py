@@ -64,7 +64,9 @@ def _factory(func):
     rule = get_lowering(func)
     if rule is not None:
         plan = OpPlan(func, func.name(), FUNCTIONAL, rule.random)
-        return lambda *args, **kwargs: run_plan(plan, args, kwargs)
+        return lambda *args, **kwargs: run_plan(
+            plan, args, kwargs, device_index=_index(kwargs.get("device"))
+        )
     # Built on the host and uploaded by design (no device input to read, nothing to
     # sync): counted, but not the silent CPU work LAZAX_FALLBACK warns about.
     return lambda *args, **kwargs: fallback(func, args, kwargs, notice=False)

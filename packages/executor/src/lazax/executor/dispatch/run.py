@@ -4,7 +4,9 @@ Contract of ``run_plan(plan, args, kwargs)`` (the tracing hot path: no device wo
 meta kernel on a spec-cache hit):
 1. Scan the arguments into the spec-cache key and the operand list (tensors, and Python
    scalars in torch ``Scalar`` slots other than 0 and +-1, which become scalar
-   parameters). A CPU tensor with dimensions raises torch's device-mismatch error.
+   parameters). A CPU tensor with dimensions raises torch's device-mismatch error, and
+   so do tensors on two lazax devices (checked only once one lives off ``lazax:0``;
+   the outputs live where the operands do).
 2. Build one IR node (its hash from the cached base hash and the operands' hashes) and
    the output tensors; in-place ops write into their first argument (through views).
 3. In eager mode, run the op's new values at once (``EXECUTOR.run_new``) and hand out
@@ -28,8 +30,10 @@ from ..barrier.checks import CHECKS, restored_if_check_fails, trace_site
 from ..barrier.executor import EXECUTOR
 from ..state.layout import Layout
 from ..state.rng import RNG
+from ..state.storage import DEVICES_IN_USE
 from ..state.values import ir_value, write
 from ..tensor.lazy import LazyTensor, new_alias, new_tensor
+from ..tensor.moves import to_device_index
 from ..tensor.transfer import from_cpu
 from .fallback import fallback
 from .plans import FALLBACK, INPLACE, LIST_SLOT, SCALAR_SLOT, VIEW, NeedsFallback, OpPlan
@@ -75,7 +79,33 @@ def _scan(value, slot: int, operands: list):
 
 
 def upload(cpu: torch.Tensor) -> LazyTensor:
-    return new_tensor(from_cpu(cpu), Layout(tuple(cpu.shape), cpu.dtype))
+    t = new_tensor(from_cpu(cpu), Layout(tuple(cpu.shape), cpu.dtype))
+    t._lz_from_host = True  # a 0-dim CPU tensor: it follows the op's device (_one_device)
+    return t
+
+
+def _one_device(operands: list, index: int) -> int:
+    """The device every tensor operand is on (``index``, a factory's, if none), or
+    torch's error for tensors on two devices. Uploaded 0-dim CPU tensors follow it, as
+    they do a cuda op's device. Only once a tensor lives off ``lazax:0``."""
+    found = None
+    for o in operands:
+        if type(o) is LazyTensor and not getattr(o, "_lz_from_host", False):
+            here = o._lz_storage.device_index
+            if found is None:
+                found = here
+            elif here != found:
+                low, high = sorted((found, here))
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least "
+                    f"two devices, lazax:{low} and lazax:{high}!"
+                )
+    index = index if found is None else found
+    if index:
+        for i, o in enumerate(operands):
+            if type(o) is LazyTensor and getattr(o, "_lz_from_host", False):
+                operands[i] = to_device_index(o, index)
+    return index
 
 
 def run_in_place(plan: OpPlan, args: tuple, kwargs: dict):
@@ -97,9 +127,12 @@ def run_in_place(plan: OpPlan, args: tuple, kwargs: dict):
     return result
 
 
-def run_plan(plan: OpPlan, args: tuple, kwargs: dict, written: list | None = None):
+def run_plan(
+    plan: OpPlan, args: tuple, kwargs: dict, written: list | None = None, device_index: int = 0
+):
     """Trace one op (see the module docstring). ``written``: for an in-place op in eager
-    mode (``run_in_place``), receives what to sync and what a failed check restores."""
+    mode (``run_in_place``), receives what to sync and what a failed check restores;
+    ``device_index``: a factory's device (an op with tensor operands takes theirs)."""
     operands: list = []
     slots = plan.slots
     key = []
@@ -122,6 +155,9 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict, written: list | None = Non
             info = plan.infer(key, args, kwargs, operands)
         except NeedsFallback:
             return fallback(plan.func, args, kwargs)
+    index = device_index
+    if DEVICES_IN_USE.several:
+        index = _one_device(operands, index)
     values = []
     scalar_dtypes = info.scalar_dtypes
     j = 0
@@ -172,13 +208,12 @@ def run_plan(plan: OpPlan, args: tuple, kwargs: dict, written: list | None = Non
         storage = args[plan.alias_source]._lz_storage
         made = [new_alias(v, lay, storage) for v, lay in zip(outputs, layouts)]
         return made[0] if info.result == 0 else _rebuild(info.result, made)
-    first = operands[0] if operands else None
-    index = first._lz_storage.device_index if type(first) is LazyTensor else 0
     if EXECUTOR.eager:
         # Run first, then hand out tensors that hold the results: no pending IR to
         # register and settle, nothing to donate (no tensor holds the outputs yet), and
         # a failure leaves nothing behind.
-        made = [new_tensor(v, lay, index) for v, lay in zip(EXECUTOR.run_new(outputs), layouts)]
+        ran = EXECUTOR.run_new(outputs, index)
+        made = [new_tensor(v, lay, index) for v, lay in zip(ran, layouts)]
     elif len(outputs) == 1:
         made = [new_tensor(node, layouts[0], index)]
     else:

@@ -24,6 +24,7 @@ from ..ops.pseudo import copy_to
 from ..state.dtypes import dtype_name
 from ..state.values import ir_value, write
 from ..tensor.lazy import LazyTensor, resize_to
+from ..tensor.moves import to_device_index
 from ..tensor.transfer import from_cpu, to_cpu
 from .amp_ops import AMP_HANDLERS, composed
 from .fused_optim import FUSED_OPTIMIZER_HANDLERS
@@ -64,6 +65,8 @@ def _copy_(args, kwargs):
 
 def _write_copy(dst: LazyTensor, src) -> None:
     if type(src) is LazyTensor:
+        if src._lz_storage.device_index != dst._lz_storage.device_index:
+            src = to_device_index(src, dst._lz_storage.device_index)  # copy_ across devices
         value = ir_value(src)
     else:  # a CPU tensor, or a Python number (``x.copy_(2)``, as torch accepts)
         src = src if isinstance(src, torch.Tensor) else torch.tensor(src)
@@ -119,7 +122,10 @@ def _to_copy(args, kwargs):
             out = out.to(dtype)
         return out
     kwargs = {k: v for k, v in kwargs.items() if k in ("dtype",) and v is not None}
-    return run_plan(_TO_COPY_PLAN, args, kwargs)
+    index = src._lz_storage.device_index
+    if device is not None and (torch.device(device).index or 0) != index:
+        src = to_device_index(src, torch.device(device).index or 0)  # lazax:M <- lazax:N
+    return run_plan(_TO_COPY_PLAN, (src, *args[1:]), kwargs)
 
 
 def _local_scalar_dense(args, kwargs):

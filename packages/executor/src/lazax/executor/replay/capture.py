@@ -183,7 +183,10 @@ class Replay:
         self.aliased_roots = {ref for ref, n in made_per_root.items() if n > 1}
         self.root_specs = [r.spec for r in roots]
         compiler = EXECUTOR.compiler
-        graph = ir.collect(roots, salt=compiler.device_salt_hash)
+        salt = compiler.device_salt_hash
+        if self.device_index:  # compiled for the device its inputs live on (lazax:N)
+            salt = hash((salt, self.device_index))
+        graph = ir.collect(roots, salt=salt)
         self.hash = graph.hash
         # What explains (and dumps) each compile of this replay, without its IR's nodes.
         self.facts = GraphFacts(graph, text=compiler.dumps.directory is not None)
@@ -236,6 +239,7 @@ class Replay:
         evicted = donate in self.compiled
         metrics.bump("DynamoRecompileAfterEviction" if evicted else "UncachedCompile")
         self.compiled.add(donate)
+        runtime = EXECUTOR.compiler.runtime
         return EXECUTOR.compiler.compile(
             key,
             lambda: self.lowered,
@@ -246,6 +250,7 @@ class Replay:
             site=(EXECUTOR.graph_name, EXECUTOR.compile_site()[1]),
             facts=self.facts,
             shardings=None if self.placement is None else self.placement[0],
+            device=runtime.devices[self.device_index] if self.device_index else None,
         )
 
     def run(self, args):

@@ -13,6 +13,9 @@ Contract:
   the IR that was run: a write made meanwhile (``set``, under ``COMMIT_LOCK``) wins.
 - A sync target (what a sync's result replaces) is a ``Storage`` or a view tensor:
   ``is_storage`` tells them apart.
+- A storage lives on one device (``device_index``, ``lazax:N``); ``by_device`` groups
+  storages into one graph per device. ``DEVICES_IN_USE.several`` turns true at the first
+  storage off ``lazax:0``, and only then do per-op paths check devices.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ import weakref
 
 from lazax import ir
 
-__all__ = ["COMMIT_LOCK", "PENDING", "REVERTED", "StaleView", "Storage", "is_storage"]
+__all__ = [
+    "COMMIT_LOCK",
+    "DEVICES_IN_USE",
+    "PENDING",
+    "REVERTED",
+    "StaleView",
+    "Storage",
+    "by_device",
+    "is_storage",
+]
 
 # Guards a storage's value against a sync running in another thread: a sync replaces a
 # storage's pending IR by its result only if nobody wrote the storage meanwhile
@@ -82,6 +94,27 @@ class _PendingStorages:
 
 PENDING = _PendingStorages()
 
+
+class _DevicesInUse:
+    """Whether any storage was ever made on a device other than ``lazax:0``. Until one
+    is, nothing on the per-op path looks at device indices (one attribute read)."""
+
+    several = False
+
+
+DEVICES_IN_USE = _DevicesInUse()
+
+
+def by_device(storages: list) -> list[tuple[int, list]]:
+    """``storages`` grouped by device index, in first-seen order: one graph each."""
+    if not DEVICES_IN_USE.several:
+        return [(0, storages)]
+    groups: dict[int, list] = {}
+    for s in storages:
+        groups.setdefault(s.device_index, []).append(s)
+    return list(groups.items())
+
+
 # Storages a failed device-side check put back on their pending IR (``Storage.revert``),
 # with that IR: ``sync()`` of everything skips them while they still hold it.
 REVERTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -107,6 +140,8 @@ class Storage:
         self.version = 0
         self.spec = value.spec
         self.device_index = device_index
+        if device_index:
+            DEVICES_IN_USE.several = True
         self.views: list | None = None  # weak references to the views over it
         if value.node.op != ir.DEVICE_DATA:
             PENDING.add(self)
