@@ -23,7 +23,8 @@ from . import (  # noqa: E402,F401
     reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
     shapes,  # triu/tril, arange, flip, roll, repeat, constant_pad_nd, diag_embed
     sharding,  # lazax::shard, the sharding constraint
-    sorting,  # sort, topk, searchsorted, bucketize
+    sorting,  # sort, topk, searchsorted, bucketize, nonzero_static
+    transformer,  # the fused fast-path ops of nn.MultiheadAttention/TransformerEncoderLayer
     unary,  # exp/log, trig, sigmoid, erf, sign, rounding, logit, isnan/isinf
     views,  # view ops and reshapes
 )
