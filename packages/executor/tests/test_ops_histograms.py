@@ -1,4 +1,5 @@
-"""histc and bincount on the device, against torch on the CPU, with no CPU fallback.
+"""histc, bincount and nonzero on the device, against torch on the CPU, with no CPU
+fallback.
 
 histc: floating inputs match the CPU kernel bin for bin (float32, float64, bfloat16; a
 given range, the data's range, a constant input; elements outside the range and NaN
@@ -6,7 +7,9 @@ not counted); integer inputs, which only CUDA's kernel takes, match the CPU's fl
 histogram of the same values; a range that is not finite raises torch's error; the
 whole op stays in one program (``compile(full_graph=True)``). bincount: counts and
 weighted sums in torch's dtypes, ``minlength``, empty inputs and torch's errors; its
-length is read from the device once, so a full-graph region refuses it."""
+length is read from the device once, so a full-graph region refuses it. nonzero (and
+``torch.where(cond)``, ``argwhere``): one program per input shape computes the count and
+the positions, whatever the count."""
 
 import pytest
 import torch
@@ -145,3 +148,34 @@ def test_bincount_raises_torch_errors(x, kwargs, message):
 def test_bincount_in_a_full_graph_region_names_the_host_read():
     with pytest.raises(RuntimeError, match="execution is not allowed"):
         lx.compile(lambda x: torch.bincount(x), full_graph=True)(INDICES.to(DEV))
+
+
+NONZERO_CASES = {
+    "matrix": (torch.nonzero, torch.tensor([[0, 1, 0], [1, 1, 0]])),
+    "where": (lambda x: torch.where(x), torch.tensor([[0, 1, 0], [1, 1, 0]])),
+    "argwhere_float": (torch.argwhere, torch.tensor([0.0, -1.5, float("nan"), 0.0])),
+    "bool": (torch.nonzero, torch.tensor([True, False, True])),
+    "none_set": (torch.nonzero, torch.zeros(2, 3)),
+    "scalar_true": (torch.nonzero, torch.tensor(3)),
+    "scalar_false": (torch.nonzero, torch.tensor(0)),
+    "empty": (torch.nonzero, torch.zeros(3, 0)),
+}
+
+
+@pytest.mark.parametrize("name", list(NONZERO_CASES))
+def test_nonzero_matches_the_cpu(name):
+    fn, x = NONZERO_CASES[name]
+    check_against_cpu(fn, x)
+
+
+def test_nonzero_compiles_once_per_input_shape():
+    """Masks of one shape with different counts reuse the program of the first."""
+    masks = [torch.rand(4, 6, generator=torch.Generator().manual_seed(k)) > 0.5 for k in range(4)]
+    assert len({int(m.sum()) for m in masks}) > 1
+    torch.nonzero(masks[0].to(DEV))  # compiles
+    before = lx.metrics.counter_value("UncachedCompile") or 0
+    with no_cpu_fallback():
+        got = [torch.nonzero(m.to(DEV)).cpu() for m in masks[1:]]
+    assert (lx.metrics.counter_value("UncachedCompile") or 0) == before
+    for m, positions in zip(masks[1:], got):
+        torch.testing.assert_close(positions, torch.nonzero(m))

@@ -9,14 +9,22 @@ itself instead of the CPU fallback:
   the weights (float32 for float32 weights, float64 for any other). An empty input
   gives ``minlength`` int64 zeros, whatever the weights, as on the CPU. The input's
   minimum and maximum are read in one sync; the counting is an ``index_add`` on the
-  device, in a program compiled once per distinct length. Where a host read is refused
-  (``compile(full_graph=True)``) it raises, naming the read.
+  device, in a program compiled once per distinct length.
+- ``nonzero`` (and what torch builds on it: ``torch.where(cond)``, ``argwhere``): one
+  program, compiled once per input shape, computes the count and every position
+  (``nonzero_static`` padded to the input's size); the count is read (one sync, as on
+  cuda) and the result is the first ``count`` positions, a slice of device data (so
+  reading something computed from it later does not compute the input again). What
+  follows has the count in its shape: a program per distinct count, as for any
+  data-dependent shape.
+Where a host read is refused (``compile(full_graph=True)``) these raise, naming it.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..barrier.executor import EXECUTOR
 from ..dispatch.special import register_special
 from ..ops._arguments import scalar_type_name
 
@@ -56,5 +64,14 @@ def _bincount(args, kwargs):
     return aten.index_add_.default(counts, 0, x, added)
 
 
+def _nonzero(args, kwargs):
+    x = args[0]
+    positions = aten.nonzero_static.default(x, size=x.numel())
+    count = aten.count_nonzero.default(x)
+    EXECUTOR.sync_tensors_graph([positions, count])  # one program for both
+    length = aten._local_scalar_dense.default(count)  # the host read
+    return aten.slice.Tensor(positions, 0, 0, length)
+
+
 def install() -> None:
-    register_special({aten.bincount.default: _bincount})
+    register_special({aten.bincount.default: _bincount, aten.nonzero.default: _nonzero})

@@ -1,8 +1,12 @@
-"""Sorting and searching: sort (stable or not), topk, searchsorted, bucketize.
+"""Sorting and searching: sort (stable or not), topk, searchsorted, bucketize,
+nonzero_static.
 
 Contract: values and int64 indices as torch returns them. Ties in ``topk`` and in a
 non-stable sort may come back in another index order than torch's CPU kernel (torch
-documents none); ``sort(stable=True)`` matches exactly.
+documents none); ``sort(stable=True)`` matches exactly. ``nonzero_static`` lists the
+first ``size`` nonzero positions in row-major order, padded with ``fill_value``
+(``nonzero``, whose length is the data's, is ``nonzero_static`` after a host read of
+the count: ``hooks.data_dependent``).
 """
 
 from __future__ import annotations
@@ -92,3 +96,11 @@ def check_bucketize(values, boundaries, *, out_int32=False, right=False):
 @lowering(aten.bucketize.Tensor, aten.bucketize.Scalar)
 def bucketize(ctx, values, boundaries, *, out_int32=False, right=False):
     return _searchsorted(boundaries, values, right)
+
+
+@lowering(aten.nonzero_static.default)
+def nonzero_static(ctx, x, *, size, fill_value=-1):
+    if x.ndim == 0:
+        return jnp.zeros(ctx.shape, jnp.int64)
+    found = jnp.nonzero(x != 0, size=size, fill_value=fill_value)
+    return jnp.stack(found, axis=-1).astype(jnp.int64)
