@@ -11,6 +11,7 @@ against what CUDA does where the CPU has no counterpart).
 """
 
 import copy
+import threading
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import lazax.modes as lx
+from lazax.executor import storage_of
 from lazax.executor.hooks import pinned
 
 DEV = lx.device()
@@ -109,6 +111,149 @@ def test_a_pinned_memory_dataloader_with_workers_trains_as_on_the_cpu(device_arg
     torch.testing.assert_close(losses, cpu_losses, rtol=1e-5, atol=1e-6)
     for got, want in zip(params, cpu_params):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+# -- torch.accelerator and torch.lazax -----------------------------------------------
+
+
+@pytest.fixture
+def device_0():
+    yield
+    torch.accelerator.set_device_index(0)
+
+
+def test_the_accelerator_is_lazax_with_every_device(device_0):
+    acc = torch.accelerator.current_accelerator()
+    assert acc.type == "lazax" and torch.accelerator.is_available()
+    assert torch.get_device_module(acc) is torch.lazax
+    assert torch.accelerator.device_count() == lx.device_count() == torch.lazax.device_count()
+    assert torch.lazax.is_available() and torch.lazax.is_initialized()
+    torch.lazax.init()
+    assert torch.accelerator.current_device_index() == torch.lazax.current_device() == 0
+    assert isinstance(torch.lazax.get_device_name(), str)
+
+
+def test_the_current_device_index_per_thread(device_0):
+    last = lx.device_count() - 1
+    torch.accelerator.set_device_index(last)
+    assert torch.accelerator.current_device_index() == torch.lazax.current_device() == last
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(torch.accelerator.current_device_index()))
+    thread.start()
+    thread.join()
+    assert seen == [0]  # per thread, as cuda's
+    with torch.accelerator.device_index(0):
+        assert torch.accelerator.current_device_index() == 0
+    assert torch.accelerator.current_device_index() == last
+    with torch.lazax.device(f"lazax:{last - 1}"):
+        assert torch.lazax.current_device() == last - 1
+    torch.lazax.set_device(lx.device(0))
+    assert torch.accelerator.current_device_index() == 0
+    with pytest.raises(ValueError, match=r"cpu doesn't match the current accelerator lazax"):
+        torch.accelerator.set_device_index("cpu")
+    with pytest.raises(RuntimeError, match=r"Invalid device index"):
+        torch.accelerator.set_device_index(last + 1)
+
+
+def _work():
+    x = torch.randn(256, 256, device=DEV)
+    for _ in range(4):
+        x = (x @ x / 256).tanh()
+    return x
+
+
+def test_synchronize_runs_and_waits_for_everything():
+    x = _work()
+    assert storage_of(x).pending
+    torch.accelerator.synchronize()
+    assert not storage_of(x).pending and storage_of(x).value.node.data.is_ready()
+    y = _work()
+    torch.lazax.synchronize()
+    assert not storage_of(y).pending
+    z = _work()
+    stream = torch.accelerator.current_stream()
+    assert isinstance(stream, torch.Stream) and stream.device == DEV
+    assert not stream.query()  # work is pending
+    stream.synchronize()
+    assert stream.query() and not storage_of(z).pending
+
+
+def test_streams_and_events_keep_order():
+    s = torch.Stream(DEV)
+    assert isinstance(s, torch.Stream) and s.device_type == torch.Stream(DEV).device_type
+    with torch.lazax.stream(s):
+        x = _work()
+    event = s.record_event()
+    assert isinstance(event, torch.Event)
+    assert not storage_of(x).pending  # record dispatched what was traced before it
+    torch.accelerator.current_stream().wait_event(event)
+    torch.accelerator.current_stream().wait_stream(s)
+    event.wait()
+    event.synchronize()
+    assert event.query() and storage_of(x).value.node.data.is_ready()
+    later = torch.Event()
+    assert later.query()  # never recorded: nothing to wait for
+    later.synchronize()
+    with torch.Stream(DEV) as entered:
+        assert isinstance(entered, torch.Stream)
+    x.record_stream(s)  # PJRT keeps buffers alive while programs use them
+    torch.testing.assert_close(x.cpu(), x.cpu())
+
+
+def test_timed_events_measure_the_work_between_them():
+    start, end = torch.Event(enable_timing=True), torch.Event(enable_timing=True)
+    start.record()
+    x = _work()
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end)
+    assert isinstance(ms, float) and ms >= 0.0
+    assert storage_of(x).value.node.data.is_ready()
+    with pytest.raises(RuntimeError, match=r"enable_timing=True"):
+        torch.Event().elapsed_time(end)
+    with pytest.raises(RuntimeError, match=r"must be recorded"):
+        torch.Event(enable_timing=True).elapsed_time(end)
+
+
+def test_memory_statistics_through_torch_accelerator():
+    before = torch.accelerator.memory_allocated()
+    assert before == lx.memory_allocated() == torch.lazax.memory_allocated()
+    big = torch.ones(1 << 20, device=DEV) + 1
+    lx.sync(wait=True)
+    assert torch.accelerator.memory_allocated() >= before + 4 * (1 << 20)
+    assert torch.accelerator.max_memory_allocated() >= torch.accelerator.memory_allocated()
+    assert torch.accelerator.memory_reserved() == torch.accelerator.memory_allocated()
+    stats = torch.accelerator.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.accelerator.memory_allocated()
+    free, total = torch.accelerator.get_memory_info()
+    assert 0 < free <= total and torch.lazax.mem_get_info()[1] == total
+    torch.accelerator.reset_peak_memory_stats()
+    torch.accelerator.empty_cache()
+    torch.lazax.empty_cache()
+    del big
+    assert torch.lazax.max_memory_allocated() >= torch.lazax.memory_allocated()
+
+
+def test_device_agnostic_code_runs_as_on_the_cpu():
+    """A library written against torch.accelerator: a side stream, an event, a wait."""
+
+    def run(device):
+        torch.manual_seed(0)
+        w = torch.randn(8, 8).to(device)
+        x = torch.randn(4, 8).to(device)
+        if device != "cpu":
+            module = torch.get_device_module(torch.accelerator.current_accelerator())
+            side = module.Stream()
+            with module.stream(side):
+                y = x @ w
+            done = side.record_event()
+            module.current_stream().wait_event(done)
+            torch.accelerator.synchronize()
+        else:
+            y = x @ w
+        return (y.relu() + 1).sum(0)
+
+    torch.testing.assert_close(run(DEV).cpu(), run("cpu"))
 
 
 # -- aliasing: set_ and data pointers ----------------------------------------------

@@ -15,6 +15,8 @@ Contract, after ``install()``:
   ``lx.to_jax``; ``t.cpu()`` reads it. ``copy.deepcopy`` works as before: torch's
   ``Tensor.__deepcopy__`` reads ``data_ptr() == 0`` as "a wrapper with no data", which
   is answered for it alone.
+- ``t.record_stream(s)`` does nothing: PJRT keeps a buffer alive until every program
+  using it has finished, which is what cuda's caching allocator needs to be told.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ def _set_empty(args, kwargs):
     value = from_cpu(torch.empty(0, dtype=t.dtype), index)
     attach(t, None, Layout((0,), t.dtype), Storage(value, index))
     return t
+
+
+def _record_stream(args, kwargs) -> None:
+    return None
 
 
 def _is_set_to(args, kwargs) -> bool:
@@ -132,6 +138,7 @@ def install() -> None:
             aten.set_.source_Tensor: _set_tensor,
             aten.set_.default: _set_empty,
             aten.is_set_to.default: _is_set_to,
+            aten.record_stream.default: _record_stream,
         }
     )
     LazyTensor.set_ = _set_

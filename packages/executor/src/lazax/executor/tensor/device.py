@@ -12,6 +12,16 @@ would hand the GIL to that thread and back, and cost ~25% of a small model's ste
 (``torch.autograd.set_multithreading_enabled(False)``, torch's public switch; thread
 local): backward runs where ``.backward()`` is called, as on the CPU. Other threads keep
 torch's default (correct, slower); ``set_multithreading_enabled(True)`` restores it.
+
+The device module answers what torch's generic code asks an accelerator's module
+(``torch.get_device_module("lazax")``): ``is_available``, ``is_initialized``, ``init``,
+``device_count``, ``current_device`` / ``set_device`` / ``device(i)``,
+``synchronize``, streams and events (``Stream``, ``Event``, ``current_stream``,
+``default_stream``, ``set_stream``, ``stream(s)``: ``tensor.streams``), memory
+(``memory_allocated``, ``max_memory_allocated``, ``memory_reserved``,
+``max_memory_reserved``, ``memory_stats``, ``reset_peak_memory_stats``,
+``mem_get_info``, ``empty_cache``: ``tensor.accelerator``), the RNG and AMP's dtypes.
+``register()`` also points ``torch.accelerator`` at lazax (``tensor.accelerator``).
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from lazax import pjrt
 from ..barrier.executor import EXECUTOR
 from ..config import DEVICE_NAME
 from ..state.rng import RNG
+from . import accelerator
+from .streams import Event, Stream, set_index, synchronize
 
 __all__ = ["device", "register"]
 
@@ -33,9 +45,21 @@ _registered = False
 class _LazaxDeviceModule:
     """What torch looks up as ``torch.lazax`` (device count, seeding, ...)."""
 
+    Stream = Stream
+    Event = Event
+    device = accelerator.DeviceContext
+
     @staticmethod
     def is_available() -> bool:
         return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True  # registered at import; the PJRT client starts at first use
+
+    @staticmethod
+    def init() -> None:
+        EXECUTOR.runtime  # noqa: B018  (starts the PJRT client now)
 
     @staticmethod
     def device_count() -> int:
@@ -43,7 +67,64 @@ class _LazaxDeviceModule:
 
     @staticmethod
     def current_device() -> int:
-        return 0
+        return accelerator.index_of(None)
+
+    @staticmethod
+    def set_device(device) -> None:
+        set_index(accelerator.index_of(device))
+
+    @staticmethod
+    def get_device_name(device=None) -> str:
+        return EXECUTOR.runtime.device_kind()
+
+    @staticmethod
+    def current_stream(device=None) -> Stream:
+        return accelerator.current_stream(device)
+
+    @staticmethod
+    def default_stream(device=None) -> Stream:
+        return accelerator.current_stream(device)
+
+    @staticmethod
+    def set_stream(stream) -> None:
+        accelerator.set_stream(stream)
+
+    @staticmethod
+    def stream(stream):
+        """``with torch.lazax.stream(s):``: ``s``'s device is current in the block."""
+        return accelerator.DeviceContext(None if stream is None else stream.device_index)
+
+    @staticmethod
+    def memory_stats(device=None) -> dict:
+        return accelerator.memory_stats(device)
+
+    @staticmethod
+    def memory_allocated(device=None) -> int:
+        return accelerator.memory_stats(device)["allocated_bytes.all.current"]
+
+    @staticmethod
+    def max_memory_allocated(device=None) -> int:
+        return accelerator.memory_stats(device)["allocated_bytes.all.peak"]
+
+    @staticmethod
+    def memory_reserved(device=None) -> int:
+        return accelerator.memory_stats(device)["reserved_bytes.all.current"]
+
+    @staticmethod
+    def max_memory_reserved(device=None) -> int:
+        return accelerator.memory_stats(device)["reserved_bytes.all.peak"]
+
+    @staticmethod
+    def reset_peak_memory_stats(device=None) -> None:
+        accelerator.reset_peak(device)
+
+    @staticmethod
+    def mem_get_info(device=None) -> tuple[int, int]:
+        return accelerator.memory_info(device)
+
+    @staticmethod
+    def empty_cache() -> None:
+        accelerator.empty_cache()
 
     @staticmethod
     def _is_in_bad_fork() -> bool:
@@ -79,7 +160,8 @@ class _LazaxDeviceModule:
 
     @staticmethod
     def synchronize(device=None) -> None:
-        EXECUTOR.sync(wait=True)
+        accelerator.index_of(device)  # torch's checks of the argument
+        synchronize()
 
 
 def register() -> None:
@@ -90,6 +172,7 @@ def register() -> None:
         _registered = True
         return
     _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_LazaxDeviceModule())
+    accelerator.install()
     torch.autograd.set_multithreading_enabled(False)
     _registered = True
 
