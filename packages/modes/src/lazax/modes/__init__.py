@@ -10,6 +10,7 @@ lx.metrics.counter_value("CachedCompile")
 mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))   # SPMD over 8 devices
 lx.mark_sharding(weight, mesh, (None, "model"))       # XLA's partitioner splits it
 lx.max_memory_allocated()                             # device memory, as torch.cuda's
+for x, y in lx.DeviceLoader(data_loader): ...         # batches moved while the step runs
 
 y = lx.call_jax(jax_fn, x, w)      # a JAX function as one node of the graph (docs/jax.md)
 a = lx.to_jax(t); t = lx.from_jax(a)                  # the same buffer, no copy
@@ -33,6 +34,7 @@ from lazax.executor import (
 from . import distributed, metrics
 from ._compile import CompiledRegion, compile
 from ._eager import eager_mode, eager_mode_context, is_eager_mode
+from ._loader import DeviceLoader
 from ._memory import (
     max_memory_allocated,
     memory_allocated,
@@ -44,6 +46,7 @@ from ._version import __version__
 
 __all__ = [
     "CompiledRegion",
+    "DeviceLoader",
     "Mesh",
     "Sharding",
     "__version__",
