@@ -15,6 +15,8 @@ Scenarios:
 - ``exit_beating``: the heartbeat beats without pause (it is nearly always inside jax's
   client), then both processes leave after one small program.
 - ``fail_alone``: process 1 raises an error of its own; process 0 goes on.
+- ``loader``: ``lx.DeviceLoader`` with a sharding over every process's devices: each
+  process's loader gives its own rows, the loop gets global batches.
 - ``collectives``: torch.distributed's calls on lazax tensors (the "lazax" backend, which
   ``init_process_group`` joins itself), then DistributedDataParallel training, then
   ``torch.compile(backend="lazax")`` over a batch split across processes.
@@ -235,6 +237,16 @@ def dynamo() -> dict:
     return {"dynamo_losses": [loss.item() for loss in losses]}
 
 
+def device_loader(rank: int, mesh) -> dict:
+    parts = [torch.arange(8.0).reshape(4, 2) + 100 * rank + 10 * i for i in range(3)]
+    sums, shapes, local = [], [], []
+    for x in lx.DeviceLoader(parts, sharding=lx.Sharding(mesh, ("data",))):
+        sums.append((x * 1).sum().item())  # the global batch's sum: a replicated value
+        shapes.append(list(x.shape))
+        local.append(lx.distributed.local_part(x).tolist())
+    return {"loader_sums": sums, "loader_shapes": shapes, "loader_local": local}
+
+
 def main() -> None:
     scenario = sys.argv[1]
     if scenario == "collectives":
@@ -268,6 +280,8 @@ def main() -> None:
         except RuntimeError as err:
             result["read_split"] = str(err)
         result["replicated_read"] = x.sum().item()
+    elif scenario == "loader":
+        result.update(device_loader(rank, mesh))
     elif scenario == "collectives":
         result.update(collectives())
         result.update(ddp())

@@ -262,6 +262,19 @@ def test_global_tensor_and_local_part_in_one_process_are_the_whole_value():
         lx.distributed.global_tensor(batch, mesh, ("rows", None))
 
 
+def test_a_device_loader_in_each_process_gives_global_batches():
+    ran = _launch("loader")
+    for rank, (code, text, _, result) in enumerate(ran):
+        assert code == 0 and result is not None, f"process {rank} failed:\n{text[-4000:]}"
+    parts = [[torch.arange(8.0).reshape(4, 2) + 100 * r + 10 * i for i in range(3)] for r in (0, 1)]
+    for rank, (*_, result) in enumerate(ran):
+        assert result["loader_shapes"] == [[8, 2]] * 3  # both processes' rows
+        assert result["loader_sums"] == [
+            float(parts[0][i].sum() + parts[1][i].sum()) for i in range(3)
+        ]
+        assert result["loader_local"] == [p.tolist() for p in parts[rank]]
+
+
 def test_torch_distributed_collectives_and_ddp_on_lazax_tensors():
     ran = _launch("collectives", devices_each=2)
     for rank, (code, text, _, result) in enumerate(ran):
