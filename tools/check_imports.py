@@ -53,7 +53,9 @@ CHECKED_THIRD_PARTY = {
     "numpy": "numpy",
 }
 
-_VERSION_PATH = re.compile(r"^src/lazax/(?P<name>[A-Za-z_][A-Za-z0-9_]*)/_version\.py$")
+_VERSION_PATH = re.compile(
+    r"^src/(?P<namespace>lazax/)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)/_version\.py$"
+)
 
 
 def normalize(name: str) -> str:
@@ -77,10 +79,18 @@ class Package:
     import_name: str  # lazax.<import_name>, e.g. pjrt
     dependencies: frozenset[str]  # normalized distribution names (no extras, no versions)
     stages: tuple[str, ...] = ()  # [tool.lazax] stages: the package's import order
+    # False for a package that installs a top-level import name of its own (the
+    # torch_xla compatibility package installs ``torch_xla``, not ``lazax.<name>``).
+    in_namespace: bool = True
 
     @property
     def src(self) -> Path:
         return self.path / "src"
+
+    @property
+    def module(self) -> str:
+        """The package's import path: ``lazax.ir``, or ``torch_xla``."""
+        return f"lazax.{self.import_name}" if self.in_namespace else self.import_name
 
 
 def load_workspace(root: Path = ROOT) -> dict[str, Package]:
@@ -93,7 +103,8 @@ def load_workspace(root: Path = ROOT) -> dict[str, Package]:
         match = _VERSION_PATH.match(version_path)
         if not match:
             raise ValueError(
-                f"{pyproject}: [tool.hatch.version] path must be src/lazax/<name>/_version.py"
+                f"{pyproject}: [tool.hatch.version] path must be src/lazax/<name>/_version.py "
+                "(or src/<name>/_version.py for a top-level import name)"
             )
         folder = pyproject.parent.name
         workspace[folder] = Package(
@@ -103,6 +114,7 @@ def load_workspace(root: Path = ROOT) -> dict[str, Package]:
             import_name=match.group("name"),
             dependencies=frozenset(requirement_name(r) for r in project.get("dependencies", [])),
             stages=tuple(data["tool"].get("lazax", {}).get("stages", ())),
+            in_namespace=bool(match.group("namespace")),
         )
     return workspace
 
@@ -160,7 +172,7 @@ def _module_name(package: Package, path: Path) -> str:
 def _own_imports(package: Package, module: str, is_init: bool, tree: ast.Module, known: set):
     """(line, imported own module, at top level?) for each import of the package's own
     modules; `from . import x` names module x where x is one."""
-    own = f"lazax.{package.import_name}"
+    own = package.module
     here = module if is_init else module.rpartition(".")[0]
     top_level = {id(node) for node in tree.body}
     found = []
@@ -184,7 +196,7 @@ def _own_imports(package: Package, module: str, is_init: bool, tree: ast.Module,
 
 
 def _stage(package: Package, module: str) -> int | None:
-    rest = module.split(".")[2:]  # after lazax.<import_name>
+    rest = module.split(".")[len(package.module.split(".")) :]  # after lazax.<import_name>
     if not rest or rest[0] not in package.stages:
         return None
     return package.stages.index(rest[0])
@@ -266,7 +278,7 @@ def check_package(package: Package, workspace: dict[str, Package]) -> tuple[list
     """(errors, notes) for one package."""
     errors: list[str] = []
     notes: list[str] = []
-    lazax_dists = {p.import_name: p.name for p in workspace.values()}
+    lazax_dists = {p.import_name: p.name for p in workspace.values() if p.in_namespace}
     stdlib = set(sys.stdlib_module_names)
 
     namespace_init = package.src / "lazax" / "__init__.py"
@@ -306,6 +318,8 @@ def check_package(package: Package, workspace: dict[str, Package]) -> tuple[list
                     errors.append(
                         f"{rel}:{lineno}: imports {top}, but {package.name} does not declare {dist}"
                     )
+            elif top == package.module:
+                continue  # a top-level package importing itself
             elif top not in stdlib and top != "__future__":
                 notes.append(f"{rel}:{lineno}: imports third-party {top} (not checked)")
     errors.extend(check_internal_imports(package))

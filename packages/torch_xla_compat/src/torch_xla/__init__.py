@@ -1,0 +1,59 @@
+"""torch_xla's public API over lazax: torch_xla scripts, unchanged, on the torch you have.
+
+``pip install lazax-torch-xla`` provides ``import torch_xla`` for users who choose it
+instead of torch_xla; importing it beside a real torch_xla raises ``ImportError``.
+
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    device = torch_xla.device()          # torch.device("lazax:0"): torch_xla's xla:0
+    ...
+    xm.optimizer_step(optimizer)
+    torch_xla.sync()                     # xm.mark_step()
+
+Contract: the top-level functions are ``_api``'s (device, devices, device_count, sync,
+compile, step, manual_seed, launch); the submodules ``core.xla_model`` (xm),
+``runtime`` (xr), ``debug.metrics`` (met), ``debug.profiler`` (xp),
+``distributed.spmd`` (xs), ``distributed.parallel_loader`` (pl),
+``distributed.xla_multiprocessing`` (xmp), ``experimental`` (eager mode) are imported
+with it. torch_xla's environment variables are applied (``_env``) before lazax reads
+its own. torch_xla's internals (``torch_xla._XLAC``) do not exist. What maps to what and
+what differs: docs/torch_xla.md.
+"""
+
+from . import _guard
+
+_guard.check()
+
+from . import _env  # noqa: E402
+
+_env.apply()
+
+from . import core, debug, distributed, experimental, runtime  # noqa: E402
+from ._api import (  # noqa: E402
+    compile,
+    device,
+    device_count,
+    devices,
+    launch,
+    manual_seed,
+    step,
+    sync,
+)
+from ._version import __version__  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "compile",
+    "core",
+    "debug",
+    "device",
+    "device_count",
+    "devices",
+    "distributed",
+    "experimental",
+    "launch",
+    "manual_seed",
+    "runtime",
+    "step",
+    "sync",
+]

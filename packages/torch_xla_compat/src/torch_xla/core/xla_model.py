@@ -1,0 +1,290 @@
+"""``torch_xla.core.xla_model`` (``xm``) over lazax, with torch_xla 2.9's semantics.
+
+Contract:
+- ``xla_device(n=None, devkind=None)``: the lazax device ``n``; ``xla_device_hw(device)``:
+  ``"CPU"``, ``"CUDA"`` or ``"TPU"``; ``is_xla_tensor(t)``: ``t`` is on lazax.
+- ``mark_step(wait=False, reset_scope=True)``: ``torch_xla.sync``; ``add_step_closure``.
+- ``optimizer_step(optimizer, barrier=False, optimizer_args={}, groups=None,
+  pin_layout=True)``: the gradients are averaged over the replicas (``reduce_gradients``:
+  nothing to do with one), ``optimizer.step(**optimizer_args)`` runs, and with
+  ``barrier=True`` the step is marked; returns what ``step`` returned.
+- ``wait_device_ops(devices=[])``: ``lx.wait_device_ops()``.
+- ``save(data, file_or_path, master_only=True, global_master=False)``: ``torch.save`` of a
+  copy whose lazax tensors are CPU tensors, by the master only (all, if not
+  ``master_only``), then a ``rendezvous``.
+- Ordinals: ``get_ordinal()``, ``get_local_ordinal()``, ``world_size()`` /
+  ``xrt_world_size()``, ``is_master_ordinal(local=True)``, ``master_print``.
+- Collectives (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``rendezvous``): with one
+  replica, the reduction of one value (``scale`` applied); with several, through
+  ``torch.distributed`` when a process group (lazax's ``"lazax"`` backend) is initialized.
+  ``all_reduce`` of a tensor returns a new tensor; of a list, updates it in place and
+  returns it. ``groups`` other than None is not supported (``NotImplementedError``).
+- ``get_rng_state(device=None)`` is one int holding lazax's (seed, counter) pair
+  (``seed + counter * 2**64``); ``set_rng_state(seed, device=None)`` takes such an int
+  (or a plain seed) and restores it, so a saved state repeats the same random numbers.
+- ``optimization_barrier_(tensors)``: accepted; values are unchanged (lazax adds no
+  barrier node: XLA's CSE may merge recomputation around it).
+- ``get_memory_info(device=None)``: ``bytes_used``, ``peak_bytes_used``, and
+  ``bytes_limit`` where the device says (``lx.memory_info``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import lazax.modes as lx
+
+from .. import _api, runtime
+
+__all__ = [
+    "REDUCE_AND",
+    "REDUCE_MAX",
+    "REDUCE_MIN",
+    "REDUCE_MUL",
+    "REDUCE_OR",
+    "REDUCE_SUM",
+    "add_step_closure",
+    "all_gather",
+    "all_reduce",
+    "get_local_ordinal",
+    "get_memory_info",
+    "get_ordinal",
+    "get_rng_state",
+    "get_xla_supported_devices",
+    "is_master_ordinal",
+    "is_xla_tensor",
+    "mark_step",
+    "master_print",
+    "optimization_barrier_",
+    "optimizer_step",
+    "reduce_gradients",
+    "reduce_scatter",
+    "rendezvous",
+    "save",
+    "set_rng_state",
+    "wait_device_ops",
+    "world_size",
+    "xla_device",
+    "xla_device_hw",
+    "xrt_world_size",
+]
+
+REDUCE_SUM = "sum"
+REDUCE_MUL = "mul"
+REDUCE_AND = "and"
+REDUCE_OR = "or"
+REDUCE_MIN = "min"
+REDUCE_MAX = "max"
+
+_MASK64 = (1 << 64) - 1
+
+add_step_closure = _api.add_step_closure
+
+
+def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
+    """The lazax device ``n`` (0 when None); ``devkind`` must name this platform."""
+    if devkind is not None and devkind.upper() not in (runtime.device_type(), "XLA"):
+        raise RuntimeError(f"no {devkind} device: lazax runs on {runtime.device_type()}")
+    return _api.device(n)
+
+
+def get_xla_supported_devices(devkind: str | None = None, max_devices=None) -> list[str]:
+    """This process's devices as strings (``"lazax:0"``, ...)."""
+    found = [str(d) for d in _api.devices()]
+    return found[:max_devices] if max_devices is not None else found
+
+
+def xla_device_hw(device) -> str:
+    """The hardware behind a lazax device: ``"CPU"``, ``"CUDA"`` or ``"TPU"``."""
+    kind = device.type if isinstance(device, torch.device) else str(device).partition(":")[0]
+    if kind not in ("lazax", "xla"):
+        raise RuntimeError(f"{device} is not a lazax device")
+    return runtime.device_type()
+
+
+def is_xla_tensor(tensor) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == "lazax"
+
+
+def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
+    """Cut the trace: the pending graph compiles once, runs asynchronously."""
+    _api.sync(wait=wait, reset_scope=reset_scope)
+
+
+def wait_device_ops(devices=()) -> None:
+    """Wait for everything dispatched so far."""
+    lx.wait_device_ops()
+
+
+def get_ordinal(defval: int = 0) -> int:
+    return runtime.global_ordinal()
+
+
+def get_local_ordinal(defval: int = 0) -> int:
+    return runtime.local_ordinal()
+
+
+def world_size() -> int:
+    return runtime.world_size()
+
+
+def xrt_world_size(defval: int = 1) -> int:
+    """Deprecated in torch_xla: ``world_size()``."""
+    return runtime.world_size()
+
+
+def is_master_ordinal(local: bool = True) -> bool:
+    return (get_local_ordinal() if local else get_ordinal()) == 0
+
+
+def master_print(*args, fd=sys.stdout, local: bool = False, flush: bool = False) -> None:
+    if is_master_ordinal(local=local):
+        print(*args, file=fd, flush=flush)
+
+
+def _distributed() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _no_groups(groups) -> None:
+    if groups:
+        raise NotImplementedError("replica groups are not supported by lazax's torch_xla")
+
+
+_OPS = {
+    REDUCE_SUM: "SUM",
+    REDUCE_MUL: "PRODUCT",
+    REDUCE_MIN: "MIN",
+    REDUCE_MAX: "MAX",
+    REDUCE_AND: "MIN",
+    REDUCE_OR: "MAX",
+}
+
+
+def _reduce(reduce_type: str, tensor: torch.Tensor, scale: float) -> torch.Tensor:
+    if reduce_type not in _OPS:
+        raise ValueError(f"unknown reduce type {reduce_type!r}; expected one of {list(_OPS)}")
+    result = tensor.clone()
+    if _distributed():
+        dist = torch.distributed
+        dist.all_reduce(result, op=getattr(dist.ReduceOp, _OPS[reduce_type]))
+    if scale != 1.0:
+        result = result * scale
+    return result
+
+
+def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None, pin_layout=True):
+    """Reduce ``inputs`` over the replicas (see the module docstring)."""
+    _no_groups(groups)
+    if isinstance(inputs, torch.Tensor):
+        return _reduce(reduce_type, inputs, scale)
+    for tensor in inputs:
+        with torch.no_grad():
+            tensor.copy_(_reduce(reduce_type, tensor, scale))
+    return inputs
+
+
+def all_gather(value: torch.Tensor, dim: int = 0, groups=None, output=None, pin_layout=True):
+    """Every replica's ``value`` concatenated along ``dim``."""
+    _no_groups(groups)
+    if _distributed():
+        parts = [torch.empty_like(value) for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(parts, value.contiguous())
+        result = torch.cat(parts, dim=dim)
+    else:
+        result = value.clone()
+    if output is not None:
+        output.copy_(result)
+        return output
+    return result
+
+
+def reduce_scatter(
+    reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None, pin_layout=True
+):
+    """Reduce ``input`` over the replicas and keep this replica's ``1/shard_count``."""
+    _no_groups(groups)
+    reduced = _reduce(reduce_type, input, scale)
+    piece = reduced.chunk(shard_count, dim=scatter_dim)[get_ordinal() % shard_count]
+    if output is not None:
+        output.copy_(piece)
+        return output
+    return piece.clone()
+
+
+def rendezvous(tag: str, payload: bytes = b"", replicas=()) -> list[bytes]:
+    """Wait for every replica to reach ``tag``; returns every replica's ``payload``."""
+    if not _distributed():
+        return [payload]
+    gathered: list = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, payload)
+    return gathered
+
+
+def reduce_gradients(optimizer, groups=None, pin_layout=True) -> None:
+    """Average every gradient over the replicas (nothing with one)."""
+    count = world_size()
+    if count == 1 or not _distributed():
+        return
+    grads = [
+        p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
+    ]
+    all_reduce(REDUCE_SUM, grads, scale=1.0 / count, groups=groups)
+
+
+def optimizer_step(
+    optimizer, barrier: bool = False, optimizer_args=None, groups=None, pin_layout=True
+):
+    """Reduce the gradients, ``optimizer.step()``, and mark the step if ``barrier``."""
+    reduce_gradients(optimizer, groups=groups, pin_layout=pin_layout)
+    loss = optimizer.step(**(optimizer_args or {}))
+    if barrier:
+        mark_step()
+    return loss
+
+
+def _to_cpu(data):
+    if isinstance(data, torch.Tensor):
+        return data.detach().cpu() if data.device.type == "lazax" else data
+    if isinstance(data, dict):
+        return type(data)((k, _to_cpu(v)) for k, v in data.items())
+    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+        return type(data)(_to_cpu(v) for v in data)
+    return data
+
+
+def save(data, file_or_path, master_only: bool = True, global_master: bool = False) -> None:
+    """``torch.save`` of ``data`` with CPU copies of its lazax tensors (master only)."""
+    cpu_data = _to_cpu(data)
+    if not master_only or is_master_ordinal(local=not global_master):
+        torch.save(cpu_data, file_or_path)
+    rendezvous("torch_xla.core.xla_model.save")
+
+
+def get_rng_state(device=None) -> int:
+    """The device RNG's state as one int (``seed + counter * 2**64``)."""
+    seed, counter = (int(v) for v in torch.get_device_module("lazax").get_rng_state().tolist())
+    return (seed & _MASK64) | (counter << 64)
+
+
+def set_rng_state(seed: int, device=None) -> None:
+    """Restore ``get_rng_state()``'s int, or seed with a plain int."""
+    seed = int(seed)
+    low, counter = seed & _MASK64, seed >> 64
+    module = torch.get_device_module("lazax")
+    module.manual_seed(low)
+    if counter:
+        signed = low - (1 << 64) if low >= 1 << 63 else low
+        module.set_rng_state(torch.tensor([signed, counter], dtype=torch.int64))
+
+
+def optimization_barrier_(tensors) -> None:
+    """Accepted for torch_xla's scripts; the tensors keep their values."""
+
+
+def get_memory_info(device=None) -> dict:
+    """``bytes_used``, ``peak_bytes_used`` and, where known, ``bytes_limit``."""
+    return lx.memory_info(device)

@@ -1,0 +1,88 @@
+"""``torch_xla.distributed.spmd`` (``xs``): SPMD sharding over ``lx.Mesh``.
+
+Contract:
+- ``Mesh(device_ids, mesh_shape, axis_names=None)``: an ``lx.Mesh`` (so every lazax
+  function takes it) with torch_xla's methods: ``size()`` (devices), ``shape()``
+  (axis name -> size, in order), ``get_axis_name_idx(name)``, ``get_logical_mesh()``
+  (the device ids as a numpy array of ``mesh_shape``). ``device_ids`` may be a numpy
+  array.
+- ``mark_sharding(t, mesh, partition_spec)``: ``lx.mark_sharding``; entries are None,
+  an axis index or name, or a tuple of them; ``mesh`` None means the global mesh.
+  Returns ``t`` (torch_xla returns an ``XLAShardedTensor`` wrapping it; lazax's sharded
+  tensor is a plain tensor). ``clear_sharding(t)``: ``lx.clear_sharding``.
+- ``get_1d_mesh(axis_name=None)``: every global device on one axis.
+- ``set_global_mesh(mesh)`` / ``get_global_mesh()`` (None until set).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import lazax.modes as lx
+
+__all__ = [
+    "Mesh",
+    "clear_sharding",
+    "get_1d_mesh",
+    "get_global_mesh",
+    "mark_sharding",
+    "set_global_mesh",
+]
+
+_GLOBAL: list = [None]
+
+
+class Mesh(lx.Mesh):
+    """torch_xla's ``Mesh`` as an ``lx.Mesh``."""
+
+    def __init__(self, device_ids, mesh_shape, axis_names=None) -> None:
+        ids = [int(i) for i in np.asarray(device_ids).reshape(-1)]
+        shape = tuple(int(n) for n in mesh_shape)
+        names = tuple(axis_names) if axis_names is not None else None
+        super().__init__(ids, shape, names)
+
+    def size(self, axis=None) -> int:  # torch_xla: size() is the device count
+        if axis is None:
+            return len(self.device_ids)
+        return super().size(axis)
+
+    def shape(self) -> dict:
+        names = self.axis_names or tuple(range(len(self.mesh_shape)))
+        return dict(zip(names, self.mesh_shape))
+
+    def get_axis_name_idx(self, name) -> int | None:
+        if not self.axis_names or name not in self.axis_names:
+            return None
+        return list(self.axis_names).index(name)
+
+    def get_logical_mesh(self) -> np.ndarray:
+        return np.array(self.device_ids).reshape(self.mesh_shape)
+
+
+def get_1d_mesh(axis_name: str | None = None) -> Mesh:
+    """Every device of the job on one mesh axis."""
+    count = lx.global_device_count()
+    return Mesh(range(count), (count,), (axis_name,) if axis_name else None)
+
+
+def set_global_mesh(mesh: Mesh) -> None:
+    _GLOBAL[0] = mesh
+
+
+def get_global_mesh() -> Mesh | None:
+    return _GLOBAL[0]
+
+
+def mark_sharding(t, mesh=None, partition_spec=()):
+    """Shard ``t`` over ``mesh`` (the global mesh when None); returns ``t``."""
+    mesh = mesh if mesh is not None else get_global_mesh()
+    if mesh is None:
+        raise ValueError("mark_sharding: no mesh given and no global mesh set")
+    lx.mark_sharding(t, mesh, tuple(partition_spec))
+    return t
+
+
+def clear_sharding(t):
+    """``t`` back on one device; returns ``t``."""
+    lx.clear_sharding(t)
+    return t

@@ -1,0 +1,121 @@
+"""``torch_xla.runtime`` (``xr``): the runtime's shape, over lazax.
+
+Contract:
+- ``device_type()``: ``"CPU"``, ``"CUDA"`` or ``"TPU"``: the platform lazax runs on, from
+  ``PJRT_DEVICE`` as lazax reads it (``GPU`` reads as ``CUDA``).
+- Processes: lazax runs one process per host (or per torchrun worker) over all its
+  devices, so torch_xla's replicas are lazax's processes: ``world_size()`` is
+  ``lx.process_count()`` (1 after ``use_spmd()``, as in torch_xla), ``global_ordinal()``
+  is ``lx.process_index()``, ``local_ordinal()`` the launcher's ``LOCAL_RANK`` (0 alone).
+- ``global_runtime_device_count()`` / ``global_device_count()``: every process's
+  devices; ``addressable_device_count()`` / ``addressable_runtime_device_count()`` /
+  ``local_device_count()``: this process's.
+- ``use_spmd(auto=False)`` records SPMD mode (``is_spmd()``); lazax shards in every mode,
+  so nothing else changes. ``XLA_USE_SPMD=1`` at import does the same.
+- ``initialize_cache(path, readonly=False)``: lazax's persistent compilation cache
+  (``lx.set_persistent_cache_dir``); call it before anything runs on the device.
+"""
+
+from __future__ import annotations
+
+import os
+
+import lazax.modes as lx
+
+__all__ = [
+    "addressable_device_count",
+    "addressable_runtime_device_count",
+    "device_type",
+    "global_device_count",
+    "global_ordinal",
+    "global_runtime_device_count",
+    "host_index",
+    "initialize_cache",
+    "is_spmd",
+    "local_device_count",
+    "local_ordinal",
+    "local_process_count",
+    "process_count",
+    "process_index",
+    "use_spmd",
+    "world_size",
+]
+
+_SPMD = [os.environ.get("XLA_USE_SPMD", "0").strip() not in ("", "0")]
+_NAMES = {"CPU": "CPU", "CUDA": "CUDA", "GPU": "CUDA", "TPU": "TPU"}
+
+
+def device_type() -> str:
+    """The platform: "CPU", "CUDA" or "TPU"."""
+    raw = os.environ.get("PJRT_DEVICE", "CPU").strip().upper() or "CPU"
+    return _NAMES.get(raw, raw)
+
+
+def use_spmd(auto: bool = False) -> None:
+    """Turn SPMD mode on: ``world_size()`` is 1 from now on."""
+    _SPMD[0] = True
+
+
+def is_spmd() -> bool:
+    """Whether ``use_spmd()`` was called (or ``XLA_USE_SPMD`` set)."""
+    return _SPMD[0]
+
+
+def world_size() -> int:
+    """How many replicas (processes) the job has; 1 in SPMD mode."""
+    return 1 if is_spmd() else lx.process_count()
+
+
+def global_ordinal() -> int:
+    """This process's index in the job."""
+    return lx.process_index()
+
+
+def local_ordinal() -> int:
+    """This process's index on its host (torchrun's ``LOCAL_RANK``)."""
+    return int(os.environ.get("LOCAL_RANK", "0")) if lx.process_count() > 1 else 0
+
+
+def process_index() -> int:
+    return lx.process_index()
+
+
+def process_count() -> int:
+    return lx.process_count()
+
+
+def host_index() -> int:
+    """This host's index (one process per host unless a launcher started more)."""
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if lx.process_count() > 1 else 1
+    return lx.process_index() // max(per_host, 1)
+
+
+def local_process_count() -> int:
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if lx.process_count() > 1 else 1
+
+
+def global_runtime_device_count() -> int:
+    """Every process's devices together."""
+    return lx.global_device_count()
+
+
+def global_device_count() -> int:
+    return lx.global_device_count()
+
+
+def addressable_device_count() -> int:
+    """This process's devices."""
+    return lx.device_count()
+
+
+def addressable_runtime_device_count() -> int:
+    return lx.device_count()
+
+
+def local_device_count() -> int:
+    return lx.device_count()
+
+
+def initialize_cache(path: str, readonly: bool = False) -> None:
+    """Keep compiled programs in ``path`` across runs (lazax's persistent cache)."""
+    lx.set_persistent_cache_dir(path, read_only=readonly)
