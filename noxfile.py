@@ -131,7 +131,7 @@ def isolation(session: nox.Session, package: str) -> None:
         session.install(TORCH)
     session.install(*(str(p.path.relative_to(ROOT)) for p in closure))
     session.run("python", "tools/check_imports.py", package)
-    session.run("python", "-c", f"import lazax.{WORKSPACE[package].import_name}")
+    session.run("python", "-c", f"import {WORKSPACE[package].module}")
     tests_dir = ROOT / "packages" / package / "tests"
     if _has_tests(tests_dir):
         session.install("pytest")

@@ -1,0 +1,142 @@
+"""torch_xla's top-level functions and eager mode, against torch_xla's documented
+behaviour: device, sync, compile, step, manual_seed, launch, experimental eager mode."""
+
+import pytest
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+from torch_xla.experimental import eager_mode, eager_mode_context, is_eager_mode
+
+
+def _executions() -> int:
+    return (met.metric_data("ExecuteTime") or (0,))[0]
+
+
+def test_device_is_the_first_lazax_device():
+    assert torch_xla.device() == torch.device("lazax:0")
+    assert torch_xla.device(0) == torch.device("lazax:0")
+    assert torch_xla.devices()[0] == torch.device("lazax:0")
+    assert torch_xla.device_count() == len(torch_xla.devices()) >= 1
+
+
+def test_sync_runs_pending_work_as_one_graph():
+    x = torch.randn(4, 4).to(torch_xla.device())
+    y = (x @ x).relu() + 1
+    before = _executions()
+    torch_xla.sync(wait=True)
+    assert _executions() == before + 1
+    torch.testing.assert_close(y.cpu(), (x.cpu() @ x.cpu()).relu() + 1)
+
+
+def test_compile_is_one_graph_per_call_and_a_context_manager():
+    dev = torch_xla.device()
+
+    def f(a, b):
+        return (a * b).sum(0) + a
+
+    compiled = torch_xla.compile(f)
+    a, b = torch.randn(3, 3), torch.randn(3, 3)
+    out = compiled(a.to(dev), b.to(dev))
+    torch.testing.assert_close(out.cpu(), f(a, b))
+    with torch_xla.compile(name="block"):
+        c = a.to(dev) * 3
+    torch.testing.assert_close(c.cpu(), a * 3)
+
+
+def test_compile_full_graph_refuses_a_host_read():
+    @torch_xla.compile(full_graph=True)
+    def reads(x):
+        return x * (x.sum().item())
+
+    with pytest.raises(RuntimeError):
+        reads(torch.ones(3, device=torch_xla.device()))
+
+
+def test_compile_max_different_graphs_stops_a_recompiling_function():
+    @torch_xla.compile(max_different_graphs=1, name="grows")
+    def step(x):
+        return x + 1
+
+    step(torch.ones(2, device=torch_xla.device()))
+    step(torch.ones(2, device=torch_xla.device()))  # the same graph again
+    with pytest.raises(RuntimeError):
+        step(torch.ones(3, device=torch_xla.device()))
+
+
+def test_step_syncs_before_and_after_its_block():
+    dev = torch_xla.device()
+    pending = torch.ones(2, device=dev) + 1
+    before = _executions()
+    with torch_xla.step():
+        inside = torch.ones(2, device=dev) * 5
+        after_entry = _executions()
+    assert after_entry == before + 1  # the earlier work ran at entry, not in the step
+    assert _executions() == before + 2
+    torch.testing.assert_close(pending.cpu(), torch.full((2,), 2.0))
+    torch.testing.assert_close(inside.cpu(), torch.full((2,), 5.0))
+
+
+def test_step_syncs_even_when_the_block_raises():
+    dev = torch_xla.device()
+    before = _executions()
+    with pytest.raises(ValueError):
+        with torch_xla.step():
+            left = torch.ones(2, device=dev) * 7
+            raise ValueError("boom")
+    assert _executions() == before + 1  # nothing was pending at entry; the exit ran it
+    torch.testing.assert_close(left.cpu(), torch.full((2,), 7.0))
+
+
+def test_manual_seed_repeats_device_random_numbers_and_leaves_the_cpu_alone():
+    dev = torch_xla.device()
+    torch.manual_seed(1)
+    cpu_first = torch.rand(3)
+    torch.manual_seed(1)
+    torch_xla.manual_seed(42)
+    a = torch.rand(5, device=dev).cpu()
+    torch_xla.manual_seed(42)
+    b = torch.rand(5, device=dev).cpu()
+    torch.testing.assert_close(a, b)
+    torch_xla.manual_seed(43)
+    assert not torch.equal(a, torch.rand(5, device=dev).cpu())
+    torch.testing.assert_close(torch.rand(3), cpu_first)  # the CPU RNG did not move
+
+
+def test_launch_runs_the_function_with_ordinal_zero(monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    seen = []
+    torch_xla.launch(lambda index, tag: seen.append((index, tag)), args=("x",))
+    assert seen == [(0, "x")]
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    torch_xla.launch(lambda index: seen.append(index))
+    assert seen[-1] == 3
+
+
+def test_eager_mode_runs_each_op_at_once_and_the_context_restores():
+    dev = torch_xla.device()
+    assert not is_eager_mode()
+    with eager_mode_context(True):
+        assert is_eager_mode()
+        before = (met.metric_data("EagerOpExecuteTime") or (0,))[0]
+        y = torch.ones(3, device=dev) * 2
+        assert met.metric_data("EagerOpExecuteTime")[0] > before  # ran without a sync
+    assert not is_eager_mode()
+    eager_mode(True)
+    try:
+        assert is_eager_mode()
+    finally:
+        eager_mode(False)
+    torch.testing.assert_close(y.cpu(), torch.full((3,), 2.0))
+
+
+def test_compile_inside_eager_mode_is_still_one_graph():
+    dev = torch_xla.device()
+    with eager_mode_context(True):
+        compiled = torch_xla.compile(lambda x: (x + 1) * 2 - 3)
+        x = torch.ones(4, device=dev)
+        before = _executions()
+        out = compiled(x)
+        assert _executions() == before + 1
+    torch.testing.assert_close(out.cpu(), torch.full((4,), 1.0))
