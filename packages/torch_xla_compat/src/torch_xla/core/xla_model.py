@@ -139,9 +139,10 @@ def is_master_ordinal(local: bool = True) -> bool:
     return (get_local_ordinal() if local else get_ordinal()) == 0
 
 
-def master_print(*args, fd=sys.stdout, local: bool = False, flush: bool = False) -> None:
+def master_print(*args, fd=None, local: bool = False, flush: bool = False) -> None:
+    """``print`` on the master replica only (``fd``: sys.stdout when None)."""
     if is_master_ordinal(local=local):
-        print(*args, file=fd, flush=flush)
+        print(*args, file=fd if fd is not None else sys.stdout, flush=flush)
 
 
 def _distributed() -> bool:
@@ -274,11 +275,11 @@ def set_rng_state(seed: int, device=None) -> None:
     """Restore ``get_rng_state()``'s int, or seed with a plain int."""
     seed = int(seed)
     low, counter = seed & _MASK64, seed >> 64
-    module = torch.get_device_module("lazax")
-    module.manual_seed(low)
-    if counter:
-        signed = low - (1 << 64) if low >= 1 << 63 else low
-        module.set_rng_state(torch.tensor([signed, counter], dtype=torch.int64))
+    # As a signed int64: lazax's state tensor cannot hold a seed of 2**63 or more, and
+    # its random keys depend on the seed modulo 2**63 only, so both read the same.
+    signed = low - (1 << 64) if low >= 1 << 63 else low
+    state = torch.tensor([signed, counter], dtype=torch.int64)
+    torch.get_device_module("lazax").set_rng_state(state)
 
 
 def optimization_barrier_(tensors) -> None:
