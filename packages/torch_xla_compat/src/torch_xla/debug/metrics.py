@@ -7,7 +7,7 @@ Contract: ``counter_names()``, ``counter_value(name)`` (None if never counted),
 names torch_xla's users read exist with the same meaning: ``CompileTime``,
 ``ExecuteTime``, ``CachedCompile``, ``UncachedCompile``, ``TransferToDeviceTime``,
 ``TransferFromDeviceTime`` and ``aten::<op>`` for each op that ran on the CPU
-(``executed_fallback_ops()`` lists them). lazax keeps no per-op ``xla::<op>`` counters
+(``executed_fallback_ops()`` lists them, with custom ops' ``lib::op``). lazax keeps no per-op ``xla::<op>`` counters
 (it counts graphs, not ops).
 ``short_metrics_report``'s name filters are accepted; lazax's short report is fixed.
 """
@@ -50,5 +50,6 @@ def clear_metrics() -> None:
 
 
 def executed_fallback_ops() -> list[str]:
-    """The ops that ran through the CPU fallback, as ``aten::<op>`` counter names."""
-    return sorted(n for n in _metrics.counter_names() if n.startswith("aten::"))
+    """The ops that ran through the CPU fallback: their counters' names (``aten::<op>``,
+    or a custom op's qualified name such as ``mylib::op``)."""
+    return sorted(n for n in _metrics.counter_names() if "::" in n)

@@ -1,0 +1,128 @@
+"""``torch_xla.runtime`` (xr), ``torch_xla.debug.metrics`` (met) and
+``torch_xla.debug.profiler`` (xp) against torch_xla's documented behaviour."""
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+import torch_xla.debug.profiler as xp
+import torch_xla.runtime as xr
+
+import lazax.modes as lx
+
+
+def test_runtime_shape_of_one_process(monkeypatch):
+    assert xr.device_type() == "CPU"
+    assert xr.world_size() == 1 and xr.global_ordinal() == 0 and xr.local_ordinal() == 0
+    assert xr.process_index() == 0 and xr.process_count() == 1 and xr.host_index() == 0
+    assert xr.global_runtime_device_count() == lx.global_device_count()
+    assert xr.addressable_device_count() == lx.device_count() == xr.local_device_count()
+    # The runtime exists now (it reads PJRT_DEVICE once); the name follows the variable.
+    monkeypatch.setenv("PJRT_DEVICE", "gpu")
+    assert xr.device_type() == "CUDA"
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    assert xr.device_type() == "TPU"
+
+
+def test_use_spmd_makes_world_size_one(monkeypatch):
+    import torch_xla.runtime as runtime
+
+    monkeypatch.setattr(runtime, "_SPMD", [False])
+    assert not xr.is_spmd()
+    xr.use_spmd()
+    assert xr.is_spmd() and xr.world_size() == 1
+
+
+def test_initialize_cache_keeps_compiled_programs_across_processes(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import torch, torch_xla, torch_xla.runtime as xr, torch_xla.debug.metrics as met
+        xr.initialize_cache({str(tmp_path / "cache")!r})
+        x = torch.arange(64.0, device=torch_xla.device()).reshape(8, 8)
+        print(((x @ x).sin().sum()).item())
+        """
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert runs[0].stdout.splitlines()[0] == runs[1].stdout.splitlines()[0]
+    assert any((tmp_path / "cache").iterdir())
+
+
+def test_metrics_count_compiles_and_executions_under_torch_xla_names():
+    met.clear_all()
+    x = torch.randn(5, 5).to(torch_xla.device())
+    (x * 3).sum().cpu()
+    names = met.counter_names()
+    assert "UncachedCompile" in names or "CachedCompile" in names
+    assert "ExecuteTime" in met.metric_names() and "CompileTime" in met.metric_names()
+    count, total, samples = met.metric_data("ExecuteTime")
+    assert count >= 1 and total >= 0 and len(samples) >= 1
+    assert met.counter_value("NoSuchCounter") is None and met.metric_data("NoSuch") is None
+    assert "ExecuteTime" in met.metrics_report()
+    assert isinstance(met.short_metrics_report(), str)
+    assert isinstance(met.short_metrics_report(["CachedCompile"], ["ExecuteTime"]), str)
+    met.clear_all()
+    assert met.counter_value("UncachedCompile") is None
+
+
+@torch.library.custom_op("torch_xla_compat_test::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_executed_fallback_ops_lists_the_ops_that_ran_on_the_cpu():
+    met.clear_all()
+    assert met.executed_fallback_ops() == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = _twice(torch.ones(3, device=torch_xla.device()))
+    torch.testing.assert_close(out.cpu(), torch.full((3,), 2.0))
+    assert met.executed_fallback_ops() == ["torch_xla_compat_test::twice"]
+    assert met.counter_value("torch_xla_compat_test::twice") == 1
+
+
+def test_trace_and_step_trace_annotate_and_step_trace_marks_the_step(tmp_path):
+    dev = torch_xla.device()
+    before = (met.metric_data("ExecuteTime") or (0,))[0]
+    xp.start_trace(str(tmp_path))
+    try:
+        with xp.StepTrace("train_step", step_num=3):
+            with xp.Trace("forward"):
+                y = torch.ones(4, device=dev) * 3
+
+        @xp.trace_me("helper")
+        def helper(v):
+            return v + 1
+
+        z = helper(y)
+    finally:
+        xp.stop_trace()
+    assert met.metric_data("ExecuteTime")[0] == before + 1  # StepTrace synced
+    torch.testing.assert_close(z.cpu(), torch.full((4,), 4.0))
+    assert any(path.is_file() for path in tmp_path.rglob("*"))
+
+
+def test_trace_captures_this_process_for_a_duration(tmp_path):
+    xp.trace("localhost:9012", str(tmp_path), duration_ms=50)
+    assert any(path.is_file() for path in tmp_path.rglob("*"))
+
+
+def test_start_server_starts_jax_profiler_server():
+    if sys.platform != "linux":
+        pytest.skip("linux only")
+    server = xp.start_server(9779)
+    assert server is not None
