@@ -7,8 +7,8 @@ Contract: ``counter_names()``, ``counter_value(name)`` (None if never counted),
 names torch_xla's users read exist with the same meaning: ``CompileTime``,
 ``ExecuteTime``, ``CachedCompile``, ``UncachedCompile``, ``TransferToDeviceTime``,
 ``TransferFromDeviceTime`` and ``aten::<op>`` for each op that ran on the CPU
-(``executed_fallback_ops()`` lists them, with custom ops' ``lib::op``). lazax keeps no per-op ``xla::<op>`` counters
-(it counts graphs, not ops).
+(``executed_fallback_ops()`` lists them, with custom ops' ``lib::op``). lazax keeps
+no per-op ``xla::<op>`` counters (it counts graphs, not ops).
 ``short_metrics_report``'s name filters are accepted; lazax's short report is fixed.
 """
 
