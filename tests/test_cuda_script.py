@@ -11,6 +11,8 @@ against what CUDA does where the CPU has no counterpart).
 """
 
 import copy
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -131,6 +133,21 @@ def test_the_accelerator_is_lazax_with_every_device(device_0):
     torch.lazax.init()
     assert torch.accelerator.current_device_index() == torch.lazax.current_device() == 0
     assert isinstance(torch.lazax.get_device_name(), str)
+
+
+def test_setting_the_device_does_not_start_the_runtime():
+    """``torch.cuda.set_device(local_rank)`` comes before ``init_process_group`` in
+    distributed scripts: the runtime must not start before the process joins its job."""
+    script = (
+        "import torch, lazax.modes as lx\n"
+        "torch.accelerator.set_device_index(3); torch.lazax.set_device(2)\n"
+        "assert torch.accelerator.current_device_index() == 2\n"
+        "assert not torch.lazax.is_initialized()\n"
+        "torch.lazax.init(); assert torch.lazax.is_initialized()\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
 def test_the_current_device_index_per_thread(device_0):

@@ -35,7 +35,7 @@ from ..barrier.executor import EXECUTOR
 from ..config import DEVICE_NAME
 from ..state.rng import RNG
 from . import accelerator
-from .streams import Event, Stream, set_index, synchronize
+from .streams import Event, Stream, set_index, started, synchronize
 
 __all__ = ["device", "register"]
 
@@ -55,7 +55,7 @@ class _LazaxDeviceModule:
 
     @staticmethod
     def is_initialized() -> bool:
-        return True  # registered at import; the PJRT client starts at first use
+        return started()  # the PJRT client starts at first use (or init())
 
     @staticmethod
     def init() -> None:

@@ -10,13 +10,16 @@ Contract:
   dispatched so far has finished, and raises a failed device-side check, as
   ``lx.wait_device_ops()``; ``Stream.synchronize`` is the same. ``Stream.query()``:
   nothing pending and everything dispatched finished.
-- ``Event.record()`` cuts the trace (runs what is pending, as ``lx.sync()``) and marks
-  the buffers still being computed then; ``query`` / ``synchronize`` look at or wait
+- ``Event.record()`` cuts the trace (runs what is pending, as ``lx.sync()``; not where
+  nothing may run: inside ``compile(full_graph=True)`` or a capture) and marks the
+  buffers still being computed then; ``query`` / ``synchronize`` look at or wait
   for those; with ``enable_timing=True`` a background thread notes when they are
   ready, so ``start.elapsed_time(end)`` is the milliseconds of device work between the
   two records (torch's errors when not timed or not recorded).
 - ``current_index()`` / ``set_index(i)``: the current device index, per thread as for
-  cuda (the DataLoader's pin thread sets it to the main thread's).
+  cuda (the DataLoader's pin thread sets it to the main thread's); setting it never
+  starts the runtime (``started()``), and is checked against the device count once
+  the runtime has started.
 ``Stream`` and ``Event`` subclass ``torch.Stream`` / ``torch.Event`` (``tensor.device``
 puts them in ``torch``'s place) and behave exactly as those for other device types.
 """
@@ -29,11 +32,13 @@ import time
 
 import torch
 
+from lazax import pjrt
+
 from ..barrier.executor import EXECUTOR
 from ..config import DEVICE_NAME
 from ..state.storage import PENDING
 
-__all__ = ["Event", "Stream", "current_index", "idle", "set_index", "synchronize"]
+__all__ = ["Event", "Stream", "current_index", "idle", "set_index", "started", "synchronize"]
 
 _CURRENT = threading.local()
 
@@ -42,14 +47,22 @@ def current_index() -> int:
     return getattr(_CURRENT, "index", 0)
 
 
+def started() -> bool:
+    """Whether the PJRT runtime has started. Asking ``EXECUTOR.runtime`` would start it,
+    and a process of a distributed job must join the job first (``torch.cuda.set_device
+    (local_rank)`` before ``init_process_group`` is the usual order)."""
+    return getattr(pjrt, "_RUNTIME", None) is not None
+
+
 def set_index(index: int) -> None:
     if index < 0:  # torch: a no-op for a negative index
         return
-    count = len(EXECUTOR.runtime.devices)
-    if index >= count:
-        raise RuntimeError(  # torch's wording for an invalid device ordinal
-            f"Invalid device index {index}: this process has {count} lazax device(s)"
-        )
+    if started():  # checked against the devices once there are devices to count
+        count = len(EXECUTOR.runtime.devices)
+        if index >= count:
+            raise RuntimeError(
+                f"Invalid device index {index}: this process has {count} lazax device(s)"
+            )
     _CURRENT.index = index
 
 
@@ -125,7 +138,8 @@ class Event(torch.Event):
         super().record(stream)
         if not _is_lazax_event(self):
             return
-        EXECUTOR.sync()  # what was traced before the record is dispatched now
+        if EXECUTOR.allow_execution and EXECUTOR.capture_guard is None:
+            EXECUTOR.sync()  # what was traced before the record is dispatched now
         self._lz_buffers = _running()
         self._lz_recorded = True
         self._lz_done.clear()
