@@ -31,7 +31,7 @@ def test_every_package_keeps_its_imports_one_way(check_imports):
 
 def test_the_executor_declares_its_stages(check_imports):
     executor = check_imports.load_workspace()["executor"]
-    assert executor.stages[:4] == ("_version", "config", "metrics", "ops")
+    assert executor.stages[:5] == ("_version", "config", "metrics", "profiling", "ops")
     assert executor.stages.index("barrier") < executor.stages.index("tensor")
     assert executor.stages.index("tensor") < executor.stages.index("dispatch")
 
