@@ -99,3 +99,10 @@ def test_memory_is_counted_on_its_device():
     assert after[2] - before[2] >= t.numel() * 4
     assert after[0] == before[0] and after[1] == before[1]
     del t
+
+
+def test_a_factory_without_an_index_uses_the_current_device():
+    with torch.accelerator.device_index(2):
+        t = torch.ones(3, device="lazax")
+    assert t.device == lx.device(2) and where(t) == 2
+    assert torch.zeros(1, device="lazax").device == lx.device(0)  # restored after the block

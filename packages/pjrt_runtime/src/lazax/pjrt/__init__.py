@@ -60,11 +60,18 @@ __all__ = [
     "numpy_dtype",
     "platform_from_env",
     "runtime",
+    "runtime_started",
     "set_runtime",
     "spans_processes",
 ]
 
 _RUNTIME: PjrtRuntime | None = None
+
+
+def runtime_started() -> bool:
+    """Whether ``runtime()`` has created the process's runtime (asking ``runtime()``
+    would create it; a process of a distributed job must join the job first)."""
+    return _RUNTIME is not None
 
 
 def runtime() -> PjrtRuntime:

@@ -17,6 +17,7 @@ from ..ops import get_lowering
 from ..state.dtypes import dtype_name
 from ..state.layout import Layout
 from ..tensor.lazy import new_tensor
+from ..tensor.streams import current_index
 from .composite_out import composite_out_kernels
 from .fallback import fallback
 from .plans import FUNCTIONAL, OpPlan, aten_overload
@@ -27,7 +28,10 @@ __all__ = ["register_kernels"]
 
 
 def _index(device) -> int:
-    return 0 if device is None or torch.device(device).index is None else torch.device(device).index
+    """``device``'s index; with none given (``device="lazax"``), the current device's
+    (``torch.accelerator.set_device_index``), as cuda's factories do."""
+    index = None if device is None else torch.device(device).index
+    return current_index() if index is None else index
 
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):

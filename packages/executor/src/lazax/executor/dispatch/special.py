@@ -25,6 +25,7 @@ from ..state.dtypes import dtype_name
 from ..state.values import ir_value, write
 from ..tensor.lazy import LazyTensor, resize_to
 from ..tensor.moves import to_device_index
+from ..tensor.streams import current_index
 from ..tensor.transfer import from_cpu, to_cpu
 from .amp_ops import AMP_HANDLERS, composed
 from .fused_optim import FUSED_OPTIMIZER_HANDLERS
@@ -123,8 +124,11 @@ def _to_copy(args, kwargs):
         return out
     kwargs = {k: v for k, v in kwargs.items() if k in ("dtype",) and v is not None}
     index = src._lz_storage.device_index
-    if device is not None and (torch.device(device).index or 0) != index:
-        src = to_device_index(src, torch.device(device).index or 0)  # lazax:M <- lazax:N
+    if device is not None:
+        wanted = torch.device(device).index
+        wanted = current_index() if wanted is None else wanted  # "lazax": the current one
+        if wanted != index:
+            src = to_device_index(src, wanted)  # lazax:M <- lazax:N
     return run_plan(_TO_COPY_PLAN, (src, *args[1:]), kwargs)
 
 

@@ -51,7 +51,7 @@ def started() -> bool:
     """Whether the PJRT runtime has started. Asking ``EXECUTOR.runtime`` would start it,
     and a process of a distributed job must join the job first (``torch.cuda.set_device
     (local_rank)`` before ``init_process_group`` is the usual order)."""
-    return getattr(pjrt, "_RUNTIME", None) is not None
+    return pjrt.runtime_started()
 
 
 def set_index(index: int) -> None:
