@@ -20,6 +20,7 @@ __all__ = ["HONOURED", "IGNORED", "MAPPED", "apply"]
 HONOURED = {
     "PJRT_DEVICE": "lazax picks its platform from it: CPU (default), CUDA or GPU, TPU",
     "XLA_FLAGS": "read by XLA itself (jaxlib's compiler)",
+    "XLA_USE_SPMD": "read by torch_xla.runtime: `xr.is_spmd()` is True, `world_size()` 1",
 }
 
 # torch_xla's variable -> (lazax's variable, how the value maps)
@@ -49,7 +50,6 @@ IGNORED = {
     "PT_XLA_DEBUG_FILE": "recompile explanations go to stderr",
     "TPU_NUM_DEVICES": "lazax uses every device of the platform",
     "GPU_NUM_DEVICES": "lazax uses every device of the platform",
-    "XLA_USE_SPMD": "deprecated in torch_xla; call `xr.use_spmd()` (lazax shards in any mode)",
 }
 
 
