@@ -35,6 +35,7 @@ from .barrier.placement import signature as sharding_signature  # noqa: E402
 from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
 from .dispatch.kernels import register_kernels  # noqa: E402
 from .dispatch.run import apply_eager_sync  # noqa: E402
+from .distributed.functional_collectives import install as _install_functional_collectives  # noqa: E402
 from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
 from .distributed.process_group import LazaxProcessGroup  # noqa: E402
 from .distributed.sharded_checkpoint import load as load_sharded  # noqa: E402
@@ -83,6 +84,7 @@ _install_dlpack()
 _install_pinned()
 _install_aliasing()
 _install_data_dependent()
+_install_functional_collectives()
 install_auto_loops()
 install_control_flow()
 

@@ -32,8 +32,9 @@ from ..barrier.executor import EXECUTOR
 from ..state.layout import Layout
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor, new_tensor
+from .fsdp import install as _install_fsdp
 
-__all__ = ["LazaxProcessGroup"]
+__all__ = ["LazaxProcessGroup", "collective_into"]
 
 _OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -98,6 +99,18 @@ def _write(out: torch.Tensor, buffer) -> None:
         out.copy_(value.reshape(out.shape))
 
 
+def collective_into(out: torch.Tensor, kind: str, t: torch.Tensor, op: str = "sum") -> None:
+    """``out`` takes this process's result of the collective ``kind`` (all_reduce,
+    all_gather, reduce_scatter) of ``t`` over the job, in place; ``op`` names the
+    reduction, as ``ReduceOp``'s lower-case names."""
+    if op not in _OPS.values():
+        raise ValueError(f"the lazax backend's {kind} does not support the reduction {op!r}")
+    if kind == "reduce_scatter":
+        t = t.reshape(-1, *out.shape)
+    buffer = EXECUTOR.runtime.collective(kind, _buffer(t.contiguous(), kind), op)
+    _write(out, buffer.reshape(out.shape))
+
+
 def _op(opts, what: str) -> str:
     op = _OPS.get(opts.reduceOp.op)
     if op is None:
@@ -121,6 +134,19 @@ class LazaxProcessGroup(dist.ProcessGroup):
                 f"{rank} of {size} is not supported"
             )
         self._barriers = 0
+        self._name = ""
+        _install_fsdp()
+
+    # torch names a group (DeviceMesh and the functional collectives find it by its name)
+    # through backends registered on it; this group is its own backend.
+    @property
+    def group_name(self) -> str:
+        if not self._name:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._name
+
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
 
     def getBackendName(self) -> str:  # noqa: N802  (torch's name)
         return "lazax"
@@ -152,6 +178,18 @@ class LazaxProcessGroup(dist.ProcessGroup):
         for t in tensors:
             _write(t, runtime.collective("broadcast", _buffer(t, "broadcast"), source=source))
         return _Done(list(tensors))
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        # The source's stacked inputs, broadcast; each process keeps its own row.
+        source = (opts or dist.ScatterOptions()).rootRank
+        (out,) = output_tensors
+        if self.rank() == source:
+            rows = torch.stack(list(input_tensors[0]))
+        else:
+            rows = torch.zeros((self.size(), *out.shape), dtype=out.dtype, device=out.device)
+        stacked = EXECUTOR.runtime.collective("broadcast", _buffer(rows, "scatter"), source=source)
+        _write(out, stacked[self.rank()])
+        return _Done([out])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ReduceScatterOptions()
