@@ -48,8 +48,11 @@ def test_compile_full_graph_refuses_a_host_read():
     def reads(x):
         return x * (x.sum().item())
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="Unexpected execution happens inside the compiled"):
         reads(torch.ones(3, device=torch_xla.device()))
+    with pytest.raises(RuntimeError, match=r"(?s)exiting\n.*test_top_level.py"):  # lazax's
+        with torch_xla.compile(full_graph=True, name="block_reads"):
+            torch.ones(2, device=torch_xla.device()).sum().item()
 
 
 def test_compile_max_different_graphs_stops_a_recompiling_function():
@@ -59,8 +62,20 @@ def test_compile_max_different_graphs_stops_a_recompiling_function():
 
     step(torch.ones(2, device=torch_xla.device()))
     step(torch.ones(2, device=torch_xla.device()))  # the same graph again
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="allowed per function exceeded: 1\n.*lazax"):
         step(torch.ones(3, device=torch_xla.device()))
+
+
+def test_compile_decorates_a_method():
+    class Model:
+        scale = 3.0
+
+        @torch_xla.compile
+        def forward(self, x):
+            return x * self.scale
+
+    out = Model().forward(torch.ones(2, device=torch_xla.device()))
+    torch.testing.assert_close(out.cpu(), torch.full((2,), 3.0))
 
 
 def test_step_syncs_before_and_after_its_block():

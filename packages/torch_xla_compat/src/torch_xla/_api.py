@@ -6,7 +6,10 @@ Contract (torch_xla 2.9's documented behaviour, on the ``lazax`` device):
 - ``sync(wait=False, reset_scope=True)``: cut the trace (``lx.sync``), then run the step
   closures queued by ``xm.add_step_closure`` in order (torch_xla's ``mark_step``).
 - ``compile(f=None, full_graph=False, name=None, max_different_graphs=None)``:
-  ``lx.compile``: a decorator, a wrapper or a ``with`` block; one graph per call.
+  ``lx.compile``: a decorator, a wrapper or a ``with`` block; one graph per call. A
+  decorated method binds ``self``. Its errors begin in torch_xla's words ("Unexpected
+  execution happens inside the compiled function, exiting", "Maximum number of
+  different graphs allowed per function exceeded: N"), then lazax's explanation.
 - ``step()``: a ``with`` block that syncs on entry (pending work is not part of it)
   and on exit, even when the body raises.
 - ``manual_seed(seed, device=None)``: the device RNG's seed (random ops on the device
@@ -21,6 +24,7 @@ Contract (torch_xla 2.9's documented behaviour, on the ``lazax`` device):
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import torch
@@ -71,16 +75,82 @@ def sync(wait: bool = False, reset_scope: bool = True) -> None:
         closure(*args)
 
 
+# lazax's words -> torch_xla's, put first so that a torch_xla user recognizes the error
+_WORDS = (
+    (
+        "where execution is not allowed",
+        "Unexpected execution happens inside the compiled function, exiting",
+    ),
+    (
+        "max_different_graphs=",
+        "Maximum number of different graphs allowed per function exceeded: {limit}",
+    ),
+)
+
+
+def _in_torch_xla_words(err: RuntimeError, limit) -> RuntimeError:
+    text = str(err)
+    for marker, words in _WORDS:
+        if marker in text:
+            return RuntimeError(f"{words.format(limit=limit)}\n{text}")
+    return err
+
+
+class _Region:
+    """``lx.compile``'s region whose errors start in torch_xla's words. A wrapped
+    function stays a function (so a decorated method binds ``self``)."""
+
+    def __init__(self, region, limit, options) -> None:
+        self._region, self._limit, self._options = region, limit, options
+
+    def __enter__(self):
+        self._region.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self._region.__exit__(exc_type, exc, tb)
+        except RuntimeError as err:
+            translated = _in_torch_xla_words(err, self._limit)
+            if translated is err:
+                raise
+            raise translated from err
+        if isinstance(exc, RuntimeError):
+            translated = _in_torch_xla_words(exc, self._limit)
+            if translated is not exc:
+                raise translated
+        return False
+
+    def __call__(self, *args, **kwargs):
+        if self._region.fn is None:  # @torch_xla.compile(full_graph=True) on a function
+            if len(args) == 1 and not kwargs and callable(args[0]):
+                return compile(args[0], **self._options)
+            raise TypeError("this torch_xla.compile() block wraps no function")
+        with self:
+            return self._region.fn(*args, **kwargs)
+
+
 def compile(
     f=None,
     full_graph: bool = False,
     name: str | None = None,
     max_different_graphs: int | None = None,
 ):
-    """torch_xla.compile: ``f`` traced as one graph per call (``lx.compile``)."""
-    return lx.compile(
+    """torch_xla.compile: ``f`` traced as one graph per call (``lx.compile``); with no
+    ``f``, a ``with`` block. Errors begin with torch_xla's words, then lazax's."""
+    region = lx.compile(
         f, full_graph=bool(full_graph), name=name, max_different_graphs=max_different_graphs
     )
+    options = dict(full_graph=full_graph, name=name, max_different_graphs=max_different_graphs)
+    wrapped = _Region(region, max_different_graphs, options)
+    if f is None:
+        return wrapped
+
+    @functools.wraps(f)
+    def compiled(*args, **kwargs):
+        return wrapped(*args, **kwargs)
+
+    return compiled
 
 
 @contextlib.contextmanager
