@@ -1,0 +1,95 @@
+"""torch.distributed's own parallelism on lazax, the torch way: two processes of one
+lazax device each, ``init_device_mesh("lazax", (2,))``, DTensor placements and FSDP2's
+``fully_shard`` (issue 35).
+
+Real processes on loopback (``tests/_dtensor_worker.py``), each with one virtual CPU
+device, started with torchrun's variables, as ``test_processes.py`` starts its own.
+torch on the CPU, in each worker, is the oracle.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ran() -> list:
+    """Both processes' RESULT, after each has run every scenario."""
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        WORLD_SIZE="2",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
+    env.pop("PJRT_DEVICE", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "_dtensor_worker.py")],
+            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    results = []
+    try:
+        for rank, proc in enumerate(procs):
+            text, _ = proc.communicate(timeout=300)
+            lines = [ln for ln in text.splitlines() if ln.startswith("RESULT ")]
+            assert proc.returncode == 0 and lines, f"process {rank} failed:\n{text[-4000:]}"
+            results.append(json.loads(lines[-1][len("RESULT ") :]))
+    finally:
+        for proc in procs:
+            proc.kill()
+    return results
+
+
+def test_init_device_mesh_spans_the_processes_one_lazax_device_each(ran):
+    for rank, result in enumerate(ran):
+        assert result["rank"] == rank and result["local_devices"] == 1
+        assert result["mesh"] == "DeviceMesh((2,), 'lazax', stride=(1,))"
+
+
+def test_dtensor_placements_round_trip_equal_to_the_cpu(ran):
+    whole = torch.arange(24.0).reshape(6, 4)
+    for rank, result in enumerate(ran):
+        got = result["dtensor"]
+        mine = whole[3 * rank : 3 * rank + 3].tolist()
+        assert got["local"] == mine and got["local_device"] == "lazax:0"
+        assert got["full"] == whole.tolist()
+        assert got["replicated_local"] == whole.tolist()
+        assert got["back_local"] == mine
+        assert got["from_local_shape"] == [4, 3]
+        assert got["from_local_full"] == [[1.0] * 3] * 2 + [[2.0] * 3] * 2
+        assert got["sum"] == 2 * whole.sum().item()
+
+
+def test_fully_shard_trains_a_four_block_mlp_equal_to_the_cpu(ran):
+    for result in ran:
+        got = result["fsdp2"]
+        # The mean of the two halves' losses is the whole batch's loss on the CPU.
+        torch.testing.assert_close(got["losses"], got["ref_losses"], rtol=1e-4, atol=0)
+        assert len(got["param_errors"]) == 8
+        assert max(got["param_errors"].values()) < 1e-5, got["param_errors"]
+        # Every parameter a DTensor, each process holding half its rows.
+        for name, (kind, shape) in got["sharded"].items():
+            assert kind == "DTensor", name
+            assert shape[0] == 8, (name, shape)
+    assert ran[0]["fsdp2"]["losses"] == ran[1]["fsdp2"]["losses"]
