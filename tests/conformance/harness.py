@@ -50,6 +50,9 @@ DEFAULT_TOLERANCE = {
     torch.float32: (1e-4, 1e-5),
     torch.bfloat16: (1.6e-2, 1e-2),
     torch.float64: (1e-7, 1e-7),
+    # Complex results (the FFTs) as their real and imaginary parts' dtype.
+    torch.complex64: (1e-4, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
 }
 MAX_SAMPLES = {"dynamo": 4}  # dynamo compiles per sample: its runs take the first few
 # At most this many samples per case, spread evenly over the OpInfo's list: ten OpInfos

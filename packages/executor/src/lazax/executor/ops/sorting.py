@@ -102,5 +102,7 @@ def bucketize(ctx, values, boundaries, *, out_int32=False, right=False):
 def nonzero_static(ctx, x, *, size, fill_value=-1):
     if x.ndim == 0:
         return jnp.zeros(ctx.shape, jnp.int64)
+    if x.size == 0:  # jnp.nonzero pads an empty input with 0, not fill_value
+        return jnp.full(ctx.shape, fill_value, jnp.int64)
     found = jnp.nonzero(x != 0, size=size, fill_value=fill_value)
     return jnp.stack(found, axis=-1).astype(jnp.int64)
