@@ -1,6 +1,7 @@
 """``torch_xla.runtime`` (xr), ``torch_xla.debug.metrics`` (met) and
 ``torch_xla.debug.profiler`` (xp) against torch_xla's documented behaviour."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,8 @@ def test_runtime_shape_of_one_process(monkeypatch):
     assert xr.device_type() == "CUDA"
     monkeypatch.setenv("PJRT_DEVICE", "TPU")
     assert xr.device_type() == "TPU"
+    xr.set_device_type("CPU")
+    assert os.environ["PJRT_DEVICE"] == "CPU" and xr.device_type() == "CPU"
 
 
 def test_use_spmd_makes_world_size_one(monkeypatch):

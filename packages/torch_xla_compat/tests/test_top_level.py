@@ -17,6 +17,8 @@ def test_device_is_the_first_lazax_device():
     assert torch_xla.device(0) == torch.device("lazax:0")
     assert torch_xla.devices()[0] == torch.device("lazax:0")
     assert torch_xla.device_count() == len(torch_xla.devices()) >= 1
+    assert torch_xla.real_devices()[0] == "CPU:0"
+    assert len(torch_xla.real_devices()) == torch_xla.device_count()
 
 
 def test_sync_runs_pending_work_as_one_graph():

@@ -36,6 +36,7 @@ from ._api import (  # noqa: E402
     devices,
     launch,
     manual_seed,
+    real_devices,
     step,
     sync,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "experimental",
     "launch",
     "manual_seed",
+    "real_devices",
     "runtime",
     "step",
     "sync",

@@ -2,7 +2,8 @@
 
 Contract (torch_xla 2.9's documented behaviour, on the ``lazax`` device):
 - ``device(index=None)``: ``torch.device("lazax:<index>")`` (index 0 when None);
-  ``devices()``: every device of this process; ``device_count()``: how many.
+  ``devices()``: every device of this process; ``device_count()``: how many;
+  ``real_devices()``: their hardware names (``"CPU:0"``...).
 - ``sync(wait=False, reset_scope=True)``: cut the trace (``lx.sync``), then run the step
   closures queued by ``xm.add_step_closure`` in order (torch_xla's ``mark_step``).
 - ``compile(f=None, full_graph=False, name=None, max_different_graphs=None)``:
@@ -39,6 +40,7 @@ __all__ = [
     "devices",
     "launch",
     "manual_seed",
+    "real_devices",
     "step",
     "sync",
 ]
@@ -54,6 +56,13 @@ def device(index: int | None = None) -> torch.device:
 def devices() -> list[torch.device]:
     """Every device of this process."""
     return [lx.device(i) for i in range(lx.device_count())]
+
+
+def real_devices() -> list[str]:
+    """The hardware devices, as torch_xla names them (``"CPU:0"``, ...)."""
+    kind = os.environ.get("PJRT_DEVICE", "CPU").strip().upper() or "CPU"
+    kind = "CUDA" if kind == "GPU" else kind
+    return [f"{kind}:{i}" for i in range(lx.device_count())]
 
 
 def device_count() -> int:

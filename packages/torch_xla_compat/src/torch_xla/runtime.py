@@ -2,7 +2,8 @@
 
 Contract:
 - ``device_type()``: ``"CPU"``, ``"CUDA"`` or ``"TPU"``: the platform lazax runs on, from
-  ``PJRT_DEVICE`` as lazax reads it (``GPU`` reads as ``CUDA``).
+  ``PJRT_DEVICE`` as lazax reads it (``GPU`` reads as ``CUDA``); ``set_device_type(name)``
+  sets ``PJRT_DEVICE`` (before anything used a device).
 - Processes: lazax runs one process per host (or per torchrun worker) over all its
   devices, so torch_xla's replicas are lazax's processes: ``world_size()`` is
   ``lx.process_count()`` (1 after ``use_spmd()``, as in torch_xla), ``global_ordinal()``
@@ -37,6 +38,7 @@ __all__ = [
     "local_process_count",
     "process_count",
     "process_index",
+    "set_device_type",
     "use_spmd",
     "world_size",
 ]
@@ -49,6 +51,11 @@ def device_type() -> str:
     """The platform: "CPU", "CUDA" or "TPU"."""
     raw = os.environ.get("PJRT_DEVICE", "CPU").strip().upper() or "CPU"
     return _NAMES.get(raw, raw)
+
+
+def set_device_type(pjrt_device: str) -> None:
+    """Choose the platform (``PJRT_DEVICE``); only before anything used a device."""
+    os.environ["PJRT_DEVICE"] = pjrt_device
 
 
 def use_spmd(auto: bool = False) -> None:
