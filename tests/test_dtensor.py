@@ -92,4 +92,7 @@ def test_fully_shard_trains_a_four_block_mlp_equal_to_the_cpu(ran):
         for name, (kind, shape) in got["sharded"].items():
             assert kind == "DTensor", name
             assert shape[0] == 8, (name, shape)
+        # FSDP2's copy ops (fsdp::all_gather_copy_in, split_with_sizes_copy, chunk_cat)
+        # are traced on lazax, not run on the CPU.
+        assert got["cpu_fallbacks"] == {}, got["cpu_fallbacks"]
     assert ran[0]["fsdp2"]["losses"] == ran[1]["fsdp2"]["losses"]

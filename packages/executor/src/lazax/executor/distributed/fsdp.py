@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ..dispatch.special import register_special
 from ..tensor.lazy import LazyTensor
 
 __all__ = ["install"]
@@ -30,6 +31,45 @@ def _free_storage(tensor: torch.Tensor) -> None:
         _TORCH["free"](tensor)
 
 
+def _pieces(t: torch.Tensor, sizes, dim: int = 0) -> list:
+    """``t`` split along ``dim`` into pieces of ``sizes``: lazax views."""
+    out, start = [], 0
+    for size in sizes:
+        out.append(t[(slice(None),) * dim + (slice(start, start + size),)])
+        start += size
+    return out
+
+
+def _all_gather_copy_in(args, kwargs):
+    inputs, output, sizes, numel, rank = args
+    mine = output[numel * rank : numel * (rank + 1)]
+    with torch.no_grad():
+        for piece, t in zip(_pieces(mine, sizes), inputs):
+            piece.copy_(t.reshape(piece.shape))
+    return mine, output
+
+
+def _split_with_sizes_copy(args, kwargs):
+    output, sizes, *rest = args
+    dim = rest[0] if rest else kwargs.get("dim", 0)
+    with torch.no_grad():
+        for out, piece in zip(kwargs["out"], _pieces(output, sizes, dim)):
+            out.copy_(piece)
+
+
+def _chunk_cat(args, kwargs):
+    tensors, dim, chunks = args[:3]
+    out = kwargs["out"] if "out" in kwargs else args[3]
+    rows = []
+    for t in tensors:
+        pad = -t.shape[dim] % chunks
+        if pad:  # padded with zeros along dim to a multiple of the chunks, as torch's
+            t = torch.cat([t, t.new_zeros((*t.shape[:dim], pad, *t.shape[dim + 1 :]))], dim)
+        rows.append(t.reshape(*t.shape[:dim], chunks, -1))
+    with torch.no_grad():
+        out.copy_(torch.cat(rows, dim + 1).reshape(out.shape))
+
+
 def install() -> None:
     """Once, when the "lazax" process group is made (FSDP2 needs one): torch's FSDP
     modules take about 2 s to import, which ``import lazax`` does not pay."""
@@ -37,6 +77,14 @@ def install() -> None:
         return
     from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
 
+    ops = torch.ops.fsdp
+    register_special(
+        {
+            ops.all_gather_copy_in.default: _all_gather_copy_in,
+            ops.split_with_sizes_copy.default: _split_with_sizes_copy,
+            ops.chunk_cat.default: _chunk_cat,
+        }
+    )
     _TORCH.update(alloc=_fsdp_param.alloc_storage, free=_fsdp_param.free_storage)
     _fsdp_param.alloc_storage = _alloc_storage
     _fsdp_param.free_storage = _free_storage
