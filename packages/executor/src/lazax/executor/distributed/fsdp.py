@@ -6,7 +6,10 @@ torch storage (``untyped_storage().resize_``), which a lazax tensor does not own
 value is XLA's buffer, not a torch storage's memory. On lazax both are no-ops: the
 all-gather output keeps its value until the next all-gather writes it (in place, which
 its views, the unsharded parameters, see), so reshard-after-forward does not yet free
-device memory. Tensors of other devices keep torch's behaviour.
+device memory. Tensors of other devices keep torch's behaviour. It also registers
+FSDP2's copy ops (``fsdp::all_gather_copy_in``, ``fsdp::split_with_sizes_copy``,
+``fsdp::chunk_cat``, torch's semantics) as lazax views and copies, traced like any op,
+where they would otherwise run on the CPU fallback.
 """
 
 from __future__ import annotations

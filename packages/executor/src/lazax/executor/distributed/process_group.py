@@ -2,9 +2,11 @@
 
 ``dist.init_process_group("lazax")`` (under torchrun; ``"cpu:gloo,lazax:lazax"`` to keep
 gloo for CPU tensors) gives a process group whose ``all_reduce``, ``all_gather``,
-``all_gather_into_tensor``, ``broadcast``, ``reduce_scatter``, ``reduce_scatter_tensor``
-and ``barrier`` take the lazax tensors each process holds on its own device, as torch's
-CUDA backends take cuda tensors.
+``all_gather_into_tensor``, ``broadcast``, ``scatter`` (the source's inputs broadcast),
+``reduce_scatter``, ``reduce_scatter_tensor`` and ``barrier`` take the lazax tensors
+each process holds on its own device, as torch's CUDA backends take cuda tensors. The
+group keeps the name torch gives it (``group_name``: DeviceMesh and the functional
+collectives find it by name).
 
 Contract:
 - The job must have joined (``lazax.modes.distributed.initialize()``, which the
