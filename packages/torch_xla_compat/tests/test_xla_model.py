@@ -154,6 +154,25 @@ def test_memory_info_and_optimization_barrier():
     torch.testing.assert_close(keep.cpu(), torch.full((256,), 2.0))
 
 
+def test_optimization_barrier_is_a_node_of_the_graph_and_keeps_values():
+    from lazax.modes.testing import last_program
+
+    dev = xm.xla_device()
+    a, b = torch.arange(3.0, device=dev), torch.ones(2, device=dev)
+
+    def run():
+        x, y = a * 2, b + 1
+        xm.optimization_barrier_([x, y])
+        xm.mark_step()
+        return x, y
+
+    program = last_program(run)
+    assert "optimization_barrier" in program
+    x, y = run()
+    torch.testing.assert_close(x.cpu(), torch.arange(3.0) * 2)
+    torch.testing.assert_close(y.cpu(), torch.full((2,), 2.0))
+
+
 def test_torch_xla_sync_and_mark_step_are_one_function():
     seen = []
     xm.add_step_closure(lambda: seen.append(1))

@@ -22,8 +22,8 @@ Contract:
 - ``get_rng_state(device=None)`` is one int holding lazax's (seed, counter) pair
   (``seed + counter * 2**64``); ``set_rng_state(seed, device=None)`` takes such an int
   (or a plain seed) and restores it, so a saved state repeats the same random numbers.
-- ``optimization_barrier_(tensors)``: accepted; values are unchanged (lazax adds no
-  barrier node: XLA's CSE may merge recomputation around it).
+- ``optimization_barrier_(tensors)``: ``jax.lax.optimization_barrier`` over the tensors,
+  in place (one ``lx.call_jax`` node; values unchanged).
 - ``get_memory_info(device=None)``: ``bytes_used``, ``peak_bytes_used``, and
   ``bytes_limit`` where the device says (``lx.memory_info``).
 """
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import sys
 
+import jax
 import torch
 
 import lazax.modes as lx
@@ -283,7 +284,16 @@ def set_rng_state(seed: int, device=None) -> None:
 
 
 def optimization_barrier_(tensors) -> None:
-    """Accepted for torch_xla's scripts; the tensors keep their values."""
+    """XLA's optimization barrier over ``tensors``, in place: their values pass through
+    ``jax.lax.optimization_barrier`` (one node of the graph, ``lx.call_jax``), so XLA
+    neither moves computation across it nor merges what it separates."""
+    tensors = list(tensors)
+    if not tensors:
+        return
+    with torch.no_grad():
+        outs = lx.call_jax(jax.lax.optimization_barrier, tensors)
+        for tensor, out in zip(tensors, outs):
+            tensor.copy_(out)
 
 
 def get_memory_info(device=None) -> dict:
