@@ -2,6 +2,7 @@
 ``torch_xla.debug.profiler`` (xp) against torch_xla's documented behaviour."""
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -127,5 +128,8 @@ def test_trace_captures_this_process_for_a_duration(tmp_path):
 def test_start_server_starts_jax_profiler_server():
     if sys.platform != "linux":
         pytest.skip("linux only")
-    server = xp.start_server(9779)
+    with socket.socket() as probe:  # a free port
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    server = xp.start_server(port)
     assert server is not None
