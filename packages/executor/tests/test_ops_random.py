@@ -27,6 +27,16 @@ def test_randn_repeats_after_seed_and_differs_between_calls(no_fallback):
     assert abs(a.mean().item()) < 0.1 and abs(a.std().item() - 1) < 0.1
 
 
+@pytest.mark.parametrize("seed", [0, 2**63 - 1, 2**63, 2**64 - 1])
+def test_the_rng_state_round_trips_every_seed_torch_takes(seed):
+    torch.manual_seed(seed)
+    state = torch.lazax.get_rng_state()
+    a = torch.randn(8, device=DEV).cpu()
+    torch.manual_seed(1)
+    torch.lazax.set_rng_state(state)
+    torch.testing.assert_close(torch.randn(8, device=DEV).cpu(), a, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_normal_and_uniform(no_fallback, dtype):
     x = torch.empty(N, dtype=dtype, device=DEV)

@@ -32,11 +32,14 @@ class _RngState:
         return mixed
 
     def get_state(self) -> torch.Tensor:
-        return torch.tensor([self.seed, self.counter], dtype=torch.int64)
+        # The 64-bit seed as int64's two's complement: torch.manual_seed takes seeds up
+        # to 2**64 - 1, which an int64 tensor cannot hold as they are.
+        seed = self.seed - (1 << 64) if self.seed >= 1 << 63 else self.seed
+        return torch.tensor([seed, self.counter], dtype=torch.int64)
 
     def set_state(self, state: torch.Tensor) -> None:
         seed, counter = (int(v) for v in state.tolist())
-        self.seed, self.counter = seed, counter
+        self.seed, self.counter = seed & 0xFFFF_FFFF_FFFF_FFFF, counter
 
 
 RNG = _RngState()
