@@ -24,6 +24,7 @@ from . import (  # noqa: E402,F401
     shapes,  # triu/tril, arange, flip, roll, repeat, constant_pad_nd, diag_embed
     sharding,  # lazax::shard, the sharding constraint
     sorting,  # sort, topk, searchsorted, bucketize, nonzero_static
+    special,  # deg2rad, hypot, copysign, sinc, xlogy, logaddexp, lgamma/digamma, Bessel
     transformer,  # the fused fast-path ops of nn.MultiheadAttention/TransformerEncoderLayer
     unary,  # exp/log, trig, sigmoid, erf, sign, rounding, logit, isnan/isinf
     views,  # view ops and reshapes

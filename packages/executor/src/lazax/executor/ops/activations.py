@@ -1,5 +1,6 @@
 """Activation lowerings (relu, gelu, silu, mish, hardtanh, leaky_relu, elu/celu,
-softplus, hardsigmoid, hardswish, threshold) and the backward ops autograd calls for
+softplus, hardsigmoid, hardswish, threshold, hardshrink/softshrink, glu,
+log_sigmoid_forward) and the backward ops autograd calls for
 them (``threshold_backward`` is relu's; ``sigmoid_backward``/``tanh_backward`` and
 ``logit_backward`` are here too).
 
@@ -145,6 +146,41 @@ def _grad_inputs(grad, x):
     """A backward op's gradient and saved tensor, promoted together, in opmath."""
     dtype = compute_dtype(grad, x)
     return to_dtype(grad, dtype), to_dtype(x, dtype)
+
+
+@lowering(aten.hardshrink.default)
+def hardshrink(ctx, self, lambd=0.5):
+    """0 where ``-lambd <= x <= lambd``, else ``x`` (NaN kept)."""
+    x = _act(self)
+    lambd = _scalar(lambd, x)
+    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros((), x.dtype), x)
+
+
+@lowering(aten.softshrink.default)
+def softshrink(ctx, self, lambd=0.5):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else zero (NaN
+    kept): +0 for float32/64 (torch's vectorized kernel), ``x * 0``, a signed zero, for
+    float16/bfloat16 (its float-converting kernel)."""
+    x = _act(self)
+    lambd = _scalar(lambd, x)
+    middle = x * 0 if x.dtype != self.dtype else jnp.where(jnp.isnan(x), x, 0)
+    return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, middle))
+
+
+@lowering(aten.glu.default)
+def glu(ctx, self, dim=-1):
+    """``a * sigmoid(b)`` for the two halves ``a``, ``b`` of ``dim``."""
+    a, b = jnp.split(_act(self), 2, axis=dim)
+    return a * logistic(b)
+
+
+@lowering(aten.log_sigmoid_forward.default)
+def log_sigmoid_forward(ctx, self):
+    """(``min(x, 0) - log1p(exp(-|x|))``, the buffer ``exp(-|x|)``): the CPU kernel's
+    pair, whose buffer ``log_sigmoid_backward`` reads."""
+    x = _act(self)
+    z = jnp.exp(-jnp.abs(x))
+    return jnp.minimum(x, jnp.zeros((), x.dtype)) - jnp.log1p(z), z
 
 
 @lowering(aten.threshold_backward.default)

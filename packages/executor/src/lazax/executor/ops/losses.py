@@ -1,5 +1,5 @@
 """Loss lowerings: nll_loss (1-D and 2-D), mse_loss, binary_cross_entropy (plain and
-with logits), smooth_l1_loss and huber_loss, with their backward.
+with logits), smooth_l1_loss and huber_loss, with their backward; soft_margin_loss.
 
 Contract: ``reduction`` is torch's enum: 0 none, 1 mean, 2 sum. float16/bfloat16
 inputs are upcast to float32 (``_nn_common.acc_dtype``) for the per-element losses and
@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import torch
 
 from ._nn_common import acc_dtype, vjp_of
+from ._promotion import opmath, round_to
 from ._registry import lowering
 
 aten = torch.ops.aten
@@ -160,3 +161,14 @@ def huber_loss_backward(ctx, grad, x, target, reduction, delta):
     acc = acc_dtype(ctx.dtype)
     gx = vjp_of(lambda xx: _smooth_l1(xx, target, reduction, delta, True, acc), x.astype(acc), grad)
     return jnp.broadcast_to(gx, ctx.shape)
+
+
+@lowering(aten.soft_margin_loss.default)
+def soft_margin_loss(ctx, x, target, reduction=1):
+    """``log1p(exp(-x * target))``, reduced; torch composes it of tensor ops, so a
+    half-precision input rounds each step to its dtype."""
+    dtype = ctx.dtype
+    step = lambda v: round_to(v, dtype)  # noqa: E731
+    a, t = x.astype(opmath(dtype)), target.astype(opmath(dtype))
+    losses = step(jnp.log1p(step(jnp.exp(step(-a * t)))))
+    return _reduce(losses, reduction)

@@ -1,5 +1,5 @@
-"""Shape-making ops and factories: triu/tril, arange, flip, roll, repeat,
-constant_pad_nd, diag_embed.
+"""Shape-making ops and factories: triu/tril, arange, flip, rot90, roll, repeat,
+constant_pad_nd, diag_embed, channel_shuffle.
 
 Contract (as every op family, see ``_registry``): each rule computes the aten op's
 result for the output spec torch infers. ``arange`` scalars arrive as plain Python
@@ -62,6 +62,20 @@ def arange_start(ctx, start, end, **kwargs):
 @lowering(aten.arange.start_step)
 def arange_start_step(ctx, start, end, step=1, **kwargs):
     return _arange(ctx, start, step)
+
+
+@lowering(aten.rot90.default)
+def rot90(ctx, x, k=1, dims=(0, 1)):
+    """Rotate by ``k`` quarter turns from ``dims[0]`` towards ``dims[1]``."""
+    return jnp.rot90(x, k, tuple(_dim(d, x.ndim) for d in dims))
+
+
+@lowering(aten.channel_shuffle.default)
+def channel_shuffle(ctx, x, groups):
+    """(N, C, *) -> (N, groups, C / groups, *), the two group dims swapped, back."""
+    n, c, *rest = x.shape
+    grouped = x.reshape(n, groups, c // groups, *rest)
+    return jnp.swapaxes(grouped, 1, 2).reshape(x.shape)
 
 
 @lowering(aten.flip.default)
