@@ -21,6 +21,7 @@ from jax.profiler import ProfileData
 import lazax.modes as lx
 from lazax.executor import EXECUTOR
 from lazax.executor.profiling import profiling, span
+from lazax.modes.testing import recompile_mark, recompile_reports_since
 
 DEV = lx.device()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,22 +135,24 @@ def test_lazax_dump_dir_dumps_a_whole_run_named_by_where_it_synced(tmp_path):
 
 
 def test_eager_ops_and_replays_explain_their_recompiles():
-    start = len(lx.metrics.recompile_reports())
+    EXECUTOR.reset_cache()  # earlier tests may have compiled these op shapes already
+    start = recompile_mark()
     with lx.eager_mode_context(True):
         torch.randn(3).to(DEV).cos()
         torch.randn(5).to(DEV).cos()
-    reports = lx.metrics.recompile_reports()[start:]
+    reports = recompile_reports_since(start)
     assert any(r.startswith("recompile of aten::cos:") and "(3,) to (5,)" in r for r in reports)
 
 
 def test_a_replay_compiled_again_after_an_eviction_says_why():
     fn = torch.compile(lambda t: (t.exp() + 1).sum(), backend="lazax", dynamic=False)
     x = torch.randn(3).to(DEV)
+    EXECUTOR.reset_cache()  # so that this graph compiles here, not in an earlier test
     fn(x).item()
     EXECUTOR.reset_cache()
-    start = len(lx.metrics.recompile_reports())
+    start = recompile_mark()
     fn(x).item()
-    reports = lx.metrics.recompile_reports()[start:]
+    reports = recompile_reports_since(start)
     assert len(reports) == 1 and reports[0].startswith("recompile of dynamo_"), reports
     assert "key changed (same graph)" not in reports[0] or "cache" in reports[0]
 

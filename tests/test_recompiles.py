@@ -7,6 +7,7 @@ import torch
 import lazax.executor as lx_exec
 import lazax.modes as lx
 from lazax.cache import CacheKey
+from lazax.modes.testing import recompile_mark, recompile_reports_since
 
 DEV = lx.device()
 
@@ -86,13 +87,13 @@ def test_a_changed_jax_option_recompiles_and_says_so():
 def test_a_loop_whose_input_shape_changes_reports_each_change(capsys, monkeypatch):
     monkeypatch.setenv("LAZAX_DEBUG_RECOMPILES", "1")
     w = torch.randn(40, 3).to(DEV)
-    start = len(lx.metrics.recompile_reports())
+    start = recompile_mark()
     for step in range(40):
         width = (40, 32, 24, 16)[step // 10]
         batch = torch.randn(8, width).to(DEV)
         out = (torch.tanh(batch) @ w[:width]).sum()  # noqa: F841 (kept alive to sync)
         lx.sync()  # <- the line the reports name
-    reports = lx.metrics.recompile_reports()[start:]
+    reports = recompile_reports_since(start)
     assert len(reports) == 3
     for report, (old, new) in zip(reports, [(40, 32), (32, 24), (24, 16)]):
         assert f"shape changed from (8, {old}) to (8, {new})" in report
@@ -104,17 +105,17 @@ def test_a_loop_whose_input_shape_changes_reports_each_change(capsys, monkeypatc
 def test_a_baked_constant_that_changes_is_named():
     x = torch.randn(5).to(DEV)
     lx.sync()
-    start = len(lx.metrics.recompile_reports())
+    start = recompile_mark()
     for scale in (1.0, 0.0):
         out = torch.relu(x * scale)  # noqa: F841 (kept alive to sync)
         lx.sync()
-    (report,) = lx.metrics.recompile_reports()[start:]
+    (report,) = recompile_reports_since(start)
     assert "aten::mul" in report and "scalar baked as a constant" in report
 
 
 def test_a_named_region_is_its_own_site():
     name = "step"
-    start = len(lx.metrics.recompile_reports())
+    start = recompile_mark()
 
     @lx.compile(name=name)
     def step(t):
@@ -122,7 +123,7 @@ def test_a_named_region_is_its_own_site():
 
     step(torch.randn(4).to(DEV))
     step(torch.randn(6).to(DEV))
-    reports = lx.metrics.recompile_reports()[start:]
+    reports = recompile_reports_since(start)
     assert any(r.startswith(f"recompile of {name}: ") and "(4,) to (6,)" in r for r in reports)
 
 

@@ -18,6 +18,7 @@ from benchmarks.models import MLP, make_batch
 from benchmarks.models import classifier_step as _step
 from lazax import pjrt
 from lazax.executor.testing import null_runtime
+from lazax.modes.testing import recompile_mark, recompile_reports_since
 
 DEV = lx.device()
 
@@ -100,13 +101,11 @@ def test_a_new_batch_size_recompiles_once_and_says_why(null):
             _step(model, opt, x, y)
             lx.sync()
 
-    def ours():  # the report log is shared and bounded: this test's reports, by name
-        return [r for r in lx.metrics.recompile_reports() if "(in train_twice)" in r]
-
     train_twice(x, y)  # the second step differs from the first (it has moments)
-    known = len(ours())
+    mark = recompile_mark()
     train_twice(small_x, small_y)
-    reports = ours()[known:]
+    # The log is shared (other sites report too): this test's reports, by where.
+    reports = [r for r in recompile_reports_since(mark) if "(in train_twice)" in r]
     assert len(reports) == 1, reports
     assert "changed from" in reports[0]
     assert "(16, 16)" in reports[0] and "(4, 16)" in reports[0]  # the first layer's output

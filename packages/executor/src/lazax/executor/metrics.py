@@ -83,6 +83,9 @@ def metric_data(name: str) -> tuple[int, float, list[float]] | None:
 
 def add_recompile_report(text: str) -> None:
     _RECOMPILES.append(text)
+    # The log keeps the latest 1024; the counter says how many were ever made, so a
+    # reader can tell which are new after old ones were dropped.
+    bump("RecompileReports")
 
 
 def recompile_reports() -> list[str]:

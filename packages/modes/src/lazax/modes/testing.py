@@ -7,6 +7,9 @@
   oracle). The losses, as floats. ``"dynamo"`` is ``torch.compile(backend="lazax")``.
 - ``last_program(run)``: the StableHLO text lazax hands XLA for the last graph that
   ``run()`` syncs.
+- ``recompile_mark()`` / ``recompile_reports_since(mark)``: the recompile reports made
+  after a mark, correct even once the bounded log has dropped old ones (a long test
+  process fills it: every eager op shape after an op's first is reported).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from lazax import executor as lx_exec
 from ._compile import compile as compile_region
 from ._eager import eager_mode_context
 
-__all__ = ["MODES", "last_program", "train_in_mode"]
+__all__ = ["MODES", "last_program", "recompile_mark", "recompile_reports_since", "train_in_mode"]
 
 MODES = ("lazy", "eager", "compile", "dynamo")
 
@@ -62,3 +65,15 @@ def last_program(run) -> str:
     finally:
         lx_exec.EXECUTOR.graph_hooks.pop()
     return lx_exec.lowered_text(graphs[-1])
+
+
+def recompile_mark() -> int:
+    """How many recompile reports were made so far: a mark for
+    ``recompile_reports_since``."""
+    return lx_exec.metrics.counter_value("RecompileReports") or 0
+
+
+def recompile_reports_since(mark: int) -> list[str]:
+    """The recompile reports made since ``mark``, oldest first."""
+    made = recompile_mark() - mark
+    return lx_exec.metrics.recompile_reports()[-made:] if made else []
