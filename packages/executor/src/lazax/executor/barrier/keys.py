@@ -191,7 +191,9 @@ class RecompileLog:
         if previous is None:
             return None
         part = key.first_difference(previous[0])
-        if part in ("graph", "inputs"):
+        if part is None:  # the very key compiled before: the cache no longer held it
+            why = "the same graph compiled again (the cache had evicted it, or was reset)"
+        elif part in ("graph", "inputs"):
             why = _graph_difference(previous[1], summary)
         elif part == "shardings" or shardings != previous[2]:
             why = _sharding_difference(previous[2], shardings)

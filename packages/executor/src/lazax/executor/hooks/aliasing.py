@@ -28,7 +28,7 @@ import torch
 from ..dispatch.special import register_special
 from ..state.layout import Layout
 from ..state.storage import Storage
-from ..tensor.lazy import LazyTensor, attach, set_metadata
+from ..tensor.lazy import LazyTensor, attach, set_metadata, share_content
 from ..tensor.transfer import from_cpu
 
 __all__ = ["install"]
@@ -55,13 +55,7 @@ def _set_tensor(args, kwargs):
         return t
     set_metadata(t, tuple(source.shape), tuple(source.stride()), source.storage_offset())
     # What ``source`` reads, shared (as ``LazyTensor.data``'s setter shares it).
-    t._lz_storage = source._lz_storage
-    t._lz_view = source._lz_view
-    t._lz_value = source._lz_value
-    t._lz_seen = source._lz_seen
-    t._lz_key = source._lz_key
-    if source._lz_view is not None:
-        source._lz_storage.add_view(t)
+    share_content(t, source)
     return t
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "rebind",
     "resize_to",
     "set_metadata",
+    "share_content",
 ]
 
 
@@ -70,13 +71,7 @@ class LazyTensor(torch.Tensor):
         # ``module.to(dtype)`` on lazax go through here).
         _TENSOR_DATA.__set__(self, new)
         if type(new) is LazyTensor:
-            self._lz_storage = new._lz_storage
-            self._lz_view = new._lz_view
-            self._lz_value = new._lz_value
-            self._lz_seen = new._lz_seen
-            self._lz_key = new._lz_key
-            if new._lz_view is not None:
-                new._lz_storage.add_view(self)
+            share_content(self, new)
 
     def numpy(self, *, force: bool = False):
         if force:
@@ -107,6 +102,18 @@ class LazyTensor(torch.Tensor):
     def __jax_array__(self):
         # jnp.asarray(t) and jnp.array(t): the tensor's buffer (lx.to_jax).
         return jax_value(self)
+
+
+def share_content(t: LazyTensor, source: LazyTensor) -> None:
+    """Make ``t`` read what ``source`` reads: the same storage, through the same view
+    (``t``'s torch metadata is the caller's to set). ``.data = ...`` and ``set_``."""
+    t._lz_storage = source._lz_storage
+    t._lz_view = source._lz_view
+    t._lz_value = source._lz_value
+    t._lz_seen = source._lz_seen
+    t._lz_key = source._lz_key
+    if source._lz_view is not None:
+        source._lz_storage.add_view(t)
 
 
 _DEVICES = [torch.device(DEVICE_NAME, i) for i in range(64)]
