@@ -8,17 +8,32 @@ started with torchrun's variables and ``XLA_FLAGS`` giving each its one CPU devi
 - ``fsdp2``: ``fully_shard`` on each of four blocks of an MLP and on its root, AdamW,
   four steps on this process's half of each batch; torch on the CPU trains the same
   model on the whole batch in this process too (the oracle).
+- ``mixed``: the same with ``MixedPrecisionPolicy(param_dtype=bfloat16,
+  reduce_dtype=float32)``, resharding after forward or not; the oracle is torch's own
+  FSDP2 with the same policy on CPU tensors, over a gloo group of the same processes.
+- ``checkpoint``: ``torch.distributed.checkpoint`` saves the FSDP2 model's and AdamW's
+  state dict after two steps, loads it into a model of another seed, which trains two
+  more: equal to four uninterrupted steps (of the CPU model on the whole batch).
+- ``tensor_parallel``: ``parallelize_module`` with ``ColwiseParallel`` /
+  ``RowwiseParallel`` on a two-layer MLP, AdamW, three steps on the whole batch, against
+  the CPU model.
+- ``partial``: ``redistribute`` from ``Partial`` (sum, avg) to ``Replicate`` and
+  ``Shard``, and round trips between shardings of both dimensions.
 """
 
 import copy
 import json
+import tempfile
 import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import lazax.modes as lx
 
@@ -101,13 +116,214 @@ def fsdp2(mesh, rank: int) -> dict:
     }
 
 
+def batch(step: int, rows: int = 8) -> tuple:
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(rows, 16, generator=g), torch.randn(rows, 16, generator=g)
+
+
+def sharded(model, mesh, **options):
+    for block in model:
+        fully_shard(block, mesh=mesh, **options)
+    return fully_shard(model, mesh=mesh, **options)
+
+
+def half_step(model, opt, step: int, rank: int, device) -> tuple:
+    """One step on this process's half of batch ``step``: the output's dtype, the loss."""
+    x, y = batch(step)
+    half = slice(4 * rank, 4 * rank + 4)
+    opt.zero_grad()
+    out = model(x[half].to(device))
+    loss = torch.nn.functional.mse_loss(out.float(), y[half].to(device))
+    loss.backward()
+    opt.step()
+    return out.dtype, loss
+
+
+def max_error(model, reference) -> float:
+    """The largest difference of any parameter's whole value (DTensors gathered)."""
+    theirs = dict(reference.named_parameters())
+    errors = []
+    for name, p in model.named_parameters():
+        other = theirs[name]
+        other = other.full_tensor() if isinstance(other, DTensor) else other
+        errors.append((p.full_tensor().cpu() - other.detach().cpu()).abs().max().item())
+    return max(errors)
+
+
+def mixed(mesh, cpu_mesh, rank: int) -> dict:
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    out = {}
+    for reshard in (True, False):
+        torch.manual_seed(0)
+        reference = mlp()
+        model = sharded(
+            copy.deepcopy(reference).to(lx.device()),
+            mesh,
+            mp_policy=policy,
+            reshard_after_forward=reshard,
+        )
+        sharded(reference, cpu_mesh, mp_policy=policy, reshard_after_forward=reshard)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+        losses, ref_losses = [], []
+        for step in range(3):
+            dtype, loss = half_step(model, opt, step, rank, lx.device())
+            lx.sync()
+            losses.append(loss.item())
+            ref_losses.append(half_step(reference, ref_opt, step, rank, "cpu")[1].item())
+        # What the policy and resharding do: a bfloat16 forward, float32 sharded
+        # parameters and gradients; after a forward, the block's parameters are the
+        # sharded DTensors again (resharded) or the gathered plain tensors.
+        out[str(reshard)] = {
+            "losses": losses,
+            "ref_losses": ref_losses,
+            "error": max_error(model, reference),
+            "out_dtype": str(dtype),
+            "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
+            "grad_dtypes": sorted({str(p.grad.dtype) for p in model.parameters()}),
+        }
+        x, _ = batch(0)
+        model(x[:4].to(lx.device()))
+        out[str(reshard)]["after_forward"] = type(model[0][0].weight).__name__
+        model.reshard()
+    return out
+
+
+def checkpoint(mesh, gloo, rank: int) -> dict:
+    def build(seed: int):
+        torch.manual_seed(seed)
+        model = sharded(mlp().to(lx.device()), mesh)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    torch.manual_seed(0)
+    whole = mlp()  # four uninterrupted steps on the whole batch, on the CPU
+    whole_opt = torch.optim.AdamW(whole.parameters(), lr=1e-2)
+    for step in range(4):
+        x, y = batch(step)
+        whole_opt.zero_grad()
+        torch.nn.functional.mse_loss(whole(x), y).backward()
+        whole_opt.step()
+    first, first_opt = build(0)
+    for step in range(2):
+        half_step(first, first_opt, step, rank, lx.device())
+    lx.sync()
+    # Every process must write to the same directory: process 0's, broadcast.
+    where = [tempfile.mkdtemp(prefix="lazax_dcp_") if rank == 0 else None]
+    dist.broadcast_object_list(where, group=gloo)
+    model_state, optim_state = get_state_dict(first, first_opt)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.save(state, checkpoint_id=where[0], process_group=gloo)
+    second, second_opt = build(1)
+    before = max_error(second, first)
+    model_state, optim_state = get_state_dict(second, second_opt)  # AdamW's state made
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=where[0], process_group=gloo)
+    set_state_dict(
+        second, second_opt, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
+    loaded = max_error(second, first)
+    for step in range(2, 4):
+        half_step(second, second_opt, step, rank, lx.device())
+    lx.sync()
+    return {
+        "before_load": before,
+        "loaded": loaded,
+        "resumed": max_error(second, whole),
+        "local_devices": sorted({str(p.to_local().device) for p in second.parameters()}),
+        "state_steps": sorted({float(s["step"]) for s in second_opt.state.values()}),
+    }
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Linear(16, 32)
+        self.w2 = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.w2(torch.relu(self.w1(x)))
+
+
+def tensor_parallel(mesh) -> dict:
+    torch.manual_seed(0)
+    reference = TwoLayers()
+    model = copy.deepcopy(reference).to(lx.device())
+    parallelize_module(model, mesh, {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    losses, ref_losses = [], []
+    for step in range(3):
+        x, y = batch(step)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x.to(lx.device())), y.to(lx.device()))
+        loss.backward()
+        opt.step()
+        lx.sync()
+        losses.append(loss.item())
+        ref_opt.zero_grad()
+        ref_loss = torch.nn.functional.mse_loss(reference(x), y)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_losses.append(ref_loss.item())
+    return {
+        "losses": losses,
+        "ref_losses": ref_losses,
+        "error": max_error(model, reference),
+        "placements": {
+            n: [str(p.placements[0]), list(p.to_local().shape)] for n, p in model.named_parameters()
+        },
+    }
+
+
+def partial(mesh, rank: int) -> dict:
+    whole = torch.arange(12.0).reshape(3, 4)
+    mine = whole.to(lx.device()) * (rank + 1)  # the sum over processes: 3 * whole
+    summed = DTensor.from_local(mine, mesh, [Partial()])
+    averaged = DTensor.from_local(mine, mesh, [Partial("avg")])
+    rows = distribute_tensor(whole.to(lx.device()), mesh, [Shard(0)])
+    columns = rows.redistribute(mesh, [Shard(1)])
+    return {
+        "sum_replicate": summed.redistribute(mesh, [Replicate()]).to_local().cpu().tolist(),
+        "sum_shard0": summed.redistribute(mesh, [Shard(0)]).to_local().cpu().tolist(),
+        "sum_shard1": summed.redistribute(mesh, [Shard(1)]).to_local().cpu().tolist(),
+        "avg_replicate": averaged.redistribute(mesh, [Replicate()]).to_local().cpu().tolist(),
+        "sum_full": summed.full_tensor().cpu().tolist(),
+        "shard1_local": columns.to_local().cpu().tolist(),
+        "shard1_back": columns.redistribute(mesh, [Shard(0)]).to_local().cpu().tolist(),
+        "shard1_replicate_shard1": columns.redistribute(mesh, [Replicate()])
+        .redistribute(mesh, [Shard(1)])
+        .to_local()
+        .cpu()
+        .tolist(),
+    }
+
+
 def main() -> None:
     dist.init_process_group("lazax")  # joins the job itself
     rank = dist.get_rank()
     mesh = init_device_mesh("lazax", (2,))
     result = {"rank": rank, "mesh": str(mesh), "local_devices": lx.device_count()}
-    result["dtensor"] = placements(mesh, rank)
-    result["fsdp2"] = fsdp2(mesh, rank)
+    # torch's own FSDP2 on CPU tensors, over gloo (the oracle for mixed precision), and
+    # the group DCP coordinates over (its object collectives send CPU tensors).
+    gloo = dist.new_group(backend="gloo")
+    scenarios = {
+        "dtensor": lambda: placements(mesh, rank),
+        "fsdp2": lambda: fsdp2(mesh, rank),
+        "mixed": lambda: mixed(mesh, DeviceMesh.from_group(gloo, "cpu"), rank),
+        "checkpoint": lambda: checkpoint(mesh, gloo, rank),
+        "tensor_parallel": lambda: tensor_parallel(mesh),
+        "partial": lambda: partial(mesh, rank),
+    }
+    result["seconds"], result["fallbacks"] = {}, {}
+    for name, scenario in scenarios.items():
+        start, before = time.monotonic(), fallbacks()
+        result[name] = scenario()
+        result["seconds"][name] = round(time.monotonic() - start, 1)
+        result["fallbacks"][name] = {
+            n: count - before.get(n, 0)
+            for n, count in fallbacks().items()
+            if count != before.get(n, 0)
+        }
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -96,3 +96,66 @@ def test_fully_shard_trains_a_four_block_mlp_equal_to_the_cpu(ran):
         # are traced on lazax, not run on the CPU.
         assert got["cpu_fallbacks"] == {}, got["cpu_fallbacks"]
     assert ran[0]["fsdp2"]["losses"] == ran[1]["fsdp2"]["losses"]
+
+
+def test_fully_shard_with_a_bfloat16_policy_trains_equal_to_torch_fsdp2_on_the_cpu(ran):
+    for result in ran:
+        for reshard, got in result["mixed"].items():
+            # The oracle is torch's own FSDP2 with the same policy on CPU tensors (over
+            # gloo): both round the same float32 values to bfloat16 and sum in float32,
+            # so they agree to float32 rounding (6e-8 here); 1e-5 is still 400 times
+            # below bfloat16's resolution near 1, which one differently rounded step
+            # would exceed.
+            torch.testing.assert_close(got["losses"], got["ref_losses"], rtol=1e-5, atol=0)
+            assert got["error"] < 1e-5, (reshard, got["error"])
+            # The policy took: a bfloat16 forward, float32 sharded parameters and
+            # gradients (reduce_dtype).
+            assert got["out_dtype"] == "torch.bfloat16"
+            assert got["param_dtypes"] == got["grad_dtypes"] == ["torch.float32"]
+        # After a forward, resharded blocks hold DTensors again; the others keep the
+        # gathered lazax tensors until backward.
+        assert result["mixed"]["True"]["after_forward"] == "DTensor"
+        assert result["mixed"]["False"]["after_forward"] == "LazyTensor"
+        assert result["fallbacks"]["mixed"] == {}
+    assert ran[0]["mixed"]["True"]["losses"] != ran[1]["mixed"]["True"]["losses"]  # halves
+
+
+def test_distributed_checkpoint_of_fsdp2_resumes_equal_to_uninterrupted_training(ran):
+    for result in ran:
+        got = result["checkpoint"]
+        assert got["before_load"] > 0.1  # another seed: loading has something to do
+        assert got["loaded"] == 0.0  # parameters (and AdamW's state) as saved
+        assert got["resumed"] < 1e-5, got  # two steps more: four uninterrupted steps
+        assert got["local_devices"] == ["lazax:0"] and got["state_steps"] == [4.0]
+        assert result["fallbacks"]["checkpoint"] == {}
+
+
+def test_tensor_parallel_mlp_trains_equal_to_the_cpu(ran):
+    for result in ran:
+        got = result["tensor_parallel"]
+        torch.testing.assert_close(got["losses"], got["ref_losses"], rtol=1e-5, atol=0)
+        assert got["error"] < 1e-5, got["error"]
+        assert got["placements"] == {
+            "w1.weight": ["S(0)", [16, 16]],
+            "w1.bias": ["S(0)", [16]],
+            "w2.weight": ["S(1)", [16, 16]],
+            "w2.bias": ["R", [16]],
+        }
+        assert result["fallbacks"]["tensor_parallel"] == {}
+
+
+def test_redistribute_from_partial_and_between_shardings_equal_to_the_cpu(ran):
+    whole = torch.arange(12.0).reshape(3, 4)
+    summed = 3 * whole  # process 0 holds whole, process 1 twice whole
+    for rank, result in enumerate(ran):
+        got = result["partial"]
+        # torch splits 3 rows over 2 processes as 2 and 1; 4 columns as 2 and 2.
+        rows = slice(0, 2) if rank == 0 else slice(2, 3)
+        columns = slice(2 * rank, 2 * rank + 2)
+        assert got["sum_replicate"] == got["sum_full"] == summed.tolist()
+        assert got["avg_replicate"] == (summed / 2).tolist()
+        assert got["sum_shard0"] == summed[rows].tolist()
+        assert got["sum_shard1"] == summed[:, columns].tolist()
+        assert got["shard1_local"] == got["shard1_replicate_shard1"] == whole[:, columns].tolist()
+        assert got["shard1_back"] == whole[rows].tolist()
+        assert result["fallbacks"]["partial"] == {}

@@ -9,7 +9,8 @@ its views, the unsharded parameters, see), so reshard-after-forward does not yet
 device memory. Tensors of other devices keep torch's behaviour. It also registers
 FSDP2's copy ops (``fsdp::all_gather_copy_in``, ``fsdp::split_with_sizes_copy``,
 ``fsdp::chunk_cat``, torch's semantics) as lazax views and copies, traced like any op,
-where they would otherwise run on the CPU fallback.
+where they would otherwise run on the CPU fallback, and DTensor's own ops
+(``dtensor_ops``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from ..dispatch.special import register_special
 from ..tensor.lazy import LazyTensor
+from . import dtensor_ops
 
 __all__ = ["install"]
 
@@ -78,6 +80,7 @@ def install() -> None:
     modules take about 2 s to import, which ``import lazax`` does not pay."""
     if _TORCH:
         return
+    dtensor_ops.install()
     from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
 
     ops = torch.ops.fsdp
