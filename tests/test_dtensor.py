@@ -1,14 +1,17 @@
 """torch.distributed's own parallelism on lazax, the torch way: two processes of one
-lazax device each, ``init_device_mesh("lazax", (2,))``, DTensor placements and FSDP2's
-``fully_shard`` (issue 35).
+lazax device each, ``init_device_mesh("lazax", (2,))``, DTensor placements, FSDP2's
+``fully_shard`` (mixed precision, torch.distributed.checkpoint), tensor parallel, and
+``examples/fsdp2.py`` under torchrun (issue 35).
 
 Real processes on loopback (``tests/_dtensor_worker.py``), each with one virtual CPU
 device, started with torchrun's variables, as ``test_processes.py`` starts its own.
 torch on the CPU, in each worker, is the oracle.
 """
 
+import importlib.util
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -159,3 +162,36 @@ def test_redistribute_from_partial_and_between_shardings_equal_to_the_cpu(ran):
         assert got["shard1_local"] == got["shard1_replicate_shard1"] == whole[:, columns].tolist()
         assert got["shard1_back"] == whole[rows].tolist()
         assert result["fallbacks"]["partial"] == {}
+
+
+def test_torchrun_launches_the_fsdp2_example_equal_to_the_cpu():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env.pop("PJRT_DEVICE", None)
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    command += ["--master-port", str(_free_port()), "examples/fsdp2.py", "--steps", "4"]
+    ran = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    found = dict(re.findall(r"process (\d) of 2: 4 steps, losses (\[.*?\])", ran.stdout))
+    assert sorted(found) == ["0", "1"], ran.stdout
+    assert found["0"] == found["1"]  # every process prints the whole batch's mean
+    losses = json.loads(found["0"])
+
+    # The oracle: the example's model and data, on the CPU, one step per whole batch
+    # (both processes' shares: one sampler over every row, with the same seed).
+    spec = importlib.util.spec_from_file_location("fsdp2_example", ROOT / "examples" / "fsdp2.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    data, net = example.dataset(), example.model()
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, seed=0)
+    loader = torch.utils.data.DataLoader(data, batch_size=32, sampler=sampler, drop_last=True)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    expected = []
+    for (x, y), _ in zip(loader, range(4)):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        expected.append(loss.item())
+    torch.testing.assert_close(losses, expected, rtol=1e-5, atol=0)
