@@ -13,8 +13,10 @@ on each block and on the root splits every parameter by rows over it (DTensors),
 AdamW steps on the shards. Each process loads its own share of each batch
 (``DistributedSampler``); FSDP2 averages the gradients over the processes, so each step
 equals one step on the whole batch. ``--bf16`` computes in bfloat16 and reduces
-gradients in float32 (``MixedPrecisionPolicy``). Every process prints the mean loss of
-each step over the whole batch (the same numbers in every process).
+gradients in float32 (``MixedPrecisionPolicy``). Gradients are clipped to norm 1
+(``clip_grad_norm_`` on the sharded gradients: the norm of the whole model's). Every
+process prints, for each step, the mean loss over the whole batch and the gradients'
+norm (the same numbers in every process).
 """
 
 import argparse
@@ -67,20 +69,25 @@ def main() -> None:
     data = dataset()
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, seed=0)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
-    losses = []
+    losses, norms = [], []
     for step, (x, y) in enumerate(loader):
         if step == args.steps:
             break
         opt.zero_grad()
         loss = F.cross_entropy(net(x.to(lx.device())).float(), y.to(lx.device()))
         loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)  # a DTensor
         opt.step()
         # Every process reads, in step: a read in one process only would change the
         # graphs the others run (lazax raises GraphsDifferError).
         mean = loss.detach().clone()
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)  # equal shares: the whole batch's
         losses.append(mean.item())
-    print(f"process {rank} of {world}: {len(losses)} steps, losses {losses}", flush=True)
+        norms.append(norm.full_tensor().item())
+    print(
+        f"process {rank} of {world}: {len(losses)} steps, losses {losses}, grad norms {norms}",
+        flush=True,
+    )
     dist.destroy_process_group()
 
 

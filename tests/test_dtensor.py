@@ -173,10 +173,11 @@ def test_torchrun_launches_the_fsdp2_example_equal_to_the_cpu():
     command += ["--master-port", str(_free_port()), "examples/fsdp2.py", "--steps", "4"]
     ran = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    found = dict(re.findall(r"process (\d) of 2: 4 steps, losses (\[.*?\])", ran.stdout))
+    pattern = r"process (\d) of 2: 4 steps, losses (\[.*?\]), grad norms (\[.*?\])"
+    found = {rank: (losses, norms) for rank, losses, norms in re.findall(pattern, ran.stdout)}
     assert sorted(found) == ["0", "1"], ran.stdout
-    assert found["0"] == found["1"]  # every process prints the whole batch's mean
-    losses = json.loads(found["0"])
+    assert found["0"] == found["1"]  # every process prints the whole batch's values
+    losses, norms = (json.loads(v) for v in found["0"])
 
     # The oracle: the example's model and data, on the CPU, one step per whole batch
     # (both processes' shares: one sampler over every row, with the same seed).
@@ -187,11 +188,14 @@ def test_torchrun_launches_the_fsdp2_example_equal_to_the_cpu():
     sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, seed=0)
     loader = torch.utils.data.DataLoader(data, batch_size=32, sampler=sampler, drop_last=True)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
-    expected = []
+    expected, expected_norms = [], []
     for (x, y), _ in zip(loader, range(4)):
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(net(x), y)
         loss.backward()
+        expected_norms.append(torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0).item())
         opt.step()
         expected.append(loss.item())
     torch.testing.assert_close(losses, expected, rtol=1e-5, atol=0)
+    # The norm of every process's gradient shards together, as torch's of the whole.
+    torch.testing.assert_close(norms, expected_norms, rtol=1e-5, atol=0)
