@@ -13,7 +13,8 @@ started with torchrun's variables and ``XLA_FLAGS`` giving each its one CPU devi
   FSDP2 with the same policy on CPU tensors, over a gloo group of the same processes.
 - ``checkpoint``: ``torch.distributed.checkpoint`` saves the FSDP2 model's and AdamW's
   state dict after two steps, loads it into a model of another seed, which trains two
-  more: equal to four uninterrupted steps (of the CPU model on the whole batch).
+  more: equal to four uninterrupted steps of the CPU model on the whole batch. Both
+  models are built on the CPU: ``fully_shard`` moves them to lazax.
 - ``tensor_parallel``: ``parallelize_module`` with ``ColwiseParallel`` /
   ``RowwiseParallel`` on a two-layer MLP, AdamW, three steps on the whole batch, against
   the CPU model.
@@ -192,7 +193,7 @@ def mixed(mesh, cpu_mesh, rank: int) -> dict:
 def checkpoint(mesh, gloo, rank: int) -> dict:
     def build(seed: int):
         torch.manual_seed(seed)
-        model = sharded(mlp().to(lx.device()), mesh)
+        model = sharded(mlp(), mesh)  # built on the CPU: fully_shard moves it to lazax
         return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
     torch.manual_seed(0)

@@ -10,12 +10,18 @@ device memory. Tensors of other devices keep torch's behaviour. It also register
 FSDP2's copy ops (``fsdp::all_gather_copy_in``, ``fsdp::split_with_sizes_copy``,
 ``fsdp::chunk_cat``, torch's semantics) as lazax views and copies, traced like any op,
 where they would otherwise run on the CPU fallback, and DTensor's own ops
-(``dtensor_ops``).
+(``dtensor_ops``). And ``fully_shard`` of a module still on the CPU moves its
+parameters and buffers to lazax itself, as it does to cuda: torch moves them with
+``tensor.data = tensor.to(device)``, which a lazax tensor (a wrapper subclass) cannot
+replace a CPU tensor's data with; they are swapped in place instead
+(``torch.utils.swap_tensors``, what torch does for subclasses itself), so the module,
+its optimizer-to-be and any other holder see the moved tensor.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..dispatch.special import register_special
 from ..tensor.lazy import LazyTensor
@@ -34,6 +40,22 @@ def _alloc_storage(tensor: torch.Tensor) -> None:
 def _free_storage(tensor: torch.Tensor) -> None:
     if type(tensor) is not LazyTensor:
         _TORCH["free"](tensor)
+
+
+def _move_states_to_device(params, buffers, device) -> None:
+    if device.type != "lazax":
+        return _TORCH["move"](params, buffers, device)
+    rest = []
+    for tensor in (*params, *buffers):
+        if tensor.device.type in ("lazax", "meta") or is_traceable_wrapper_subclass(tensor):
+            rest.append(tensor)  # torch's own way (a DTensor: its checks and messages)
+            continue
+        with torch.no_grad():  # no autograd edge: swap_tensors needs sole ownership
+            moved = tensor.to(device)
+            if isinstance(tensor, torch.nn.Parameter):
+                moved = torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
+        torch.utils.swap_tensors(tensor, moved)
+    return _TORCH["move"](rest, [], device)
 
 
 def _pieces(t: torch.Tensor, sizes, dim: int = 0) -> list:
@@ -81,7 +103,7 @@ def install() -> None:
     if _TORCH:
         return
     dtensor_ops.install()
-    from torch.distributed.fsdp._fully_shard import _fsdp_param, _fsdp_param_group
+    from torch.distributed.fsdp._fully_shard import _fsdp_init, _fsdp_param, _fsdp_param_group
 
     ops = torch.ops.fsdp
     register_special(
@@ -91,7 +113,12 @@ def install() -> None:
             ops.chunk_cat.default: _chunk_cat,
         }
     )
-    _TORCH.update(alloc=_fsdp_param.alloc_storage, free=_fsdp_param.free_storage)
+    _TORCH.update(
+        alloc=_fsdp_param.alloc_storage,
+        free=_fsdp_param.free_storage,
+        move=_fsdp_init._move_states_to_device,
+    )
+    _fsdp_init._move_states_to_device = _move_states_to_device
     _fsdp_param.alloc_storage = _alloc_storage
     _fsdp_param.free_storage = _free_storage
     _fsdp_param_group.alloc_storage = _alloc_storage
