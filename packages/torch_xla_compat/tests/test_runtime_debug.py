@@ -29,6 +29,9 @@ def test_runtime_shape_of_one_process(monkeypatch):
     assert xr.device_type() == "CUDA"
     monkeypatch.setenv("PJRT_DEVICE", "TPU")
     assert xr.device_type() == "TPU"
+    # Before the runtime starts, set_device_type sets the variable (started, it may only
+    # name the platform it runs on: test_internals).
+    monkeypatch.setattr(torch_xla._XLAC, "_xla_runtime_is_initialized", lambda: False)
     xr.set_device_type("CPU")
     assert os.environ["PJRT_DEVICE"] == "CPU" and xr.device_type() == "CPU"
 

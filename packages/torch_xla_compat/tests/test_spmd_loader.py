@@ -16,6 +16,9 @@ import torch_xla.runtime as xr
 
 import lazax.modes as lx
 
+# "xla" when torch_xla was imported before lazax (as here), lazax's "lazax" otherwise.
+DEV = lx.device().type
+
 needs_8 = pytest.mark.skipif(lx.device_count() < 8, reason="needs 8 devices")
 
 
@@ -70,9 +73,9 @@ def test_sharded_training_equals_the_cpu():
     opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (cpu_model, model)]
     x, y = torch.randn(16, 4), torch.randn(16, 2)
     for _ in range(3):
-        for m, opt, dev in ((cpu_model, opts[0], "cpu"), (model, opts[1], "lazax")):
+        for m, opt, dev in ((cpu_model, opts[0], "cpu"), (model, opts[1], DEV)):
             xb = x.to(dev)
-            if dev == "lazax":
+            if dev == DEV:
                 xs.mark_sharding(xb, mesh, ("data", None))
             opt.zero_grad()
             F.mse_loss(m(xb), y.to(dev)).backward()
@@ -92,7 +95,7 @@ def test_mp_device_loader_gives_device_batches_and_marks_each_step():
     assert len(loader) == 5
     seen = []
     for i, (x, y) in enumerate(loader):
-        assert x.device == torch.device("lazax:0") and y.device == torch.device("lazax:0")
+        assert x.device == lx.device(0) and y.device == lx.device(0)
         torch.testing.assert_close(x.cpu(), batches[i][0])
         out = x.sum() + y.sum()
         xm.add_step_closure(lambda v=out: seen.append(v.item()))
@@ -119,7 +122,7 @@ def test_parallel_loader_per_device_loader():
         torch.testing.assert_close(a, b)
     para.close()
     with pytest.raises(ValueError, match="shards"):
-        pl.ParallelLoader(batches, ["lazax:0", "lazax:1"])
+        pl.ParallelLoader(batches, [f"{DEV}:0", f"{DEV}:1"])
 
 
 def test_xmp_spawn_runs_one_process_here():
@@ -131,4 +134,4 @@ def test_xmp_spawn_runs_one_process_here():
 
 def test_torch_xla_device_works_as_a_loader_device():
     x, _ = next(iter(pl.MpDeviceLoader(_batches(1), torch_xla.device())))
-    assert x.device.type == "lazax"
+    assert x.device.type == DEV

@@ -7,15 +7,20 @@ import torch_xla
 import torch_xla.debug.metrics as met
 from torch_xla.experimental import eager_mode, eager_mode_context, is_eager_mode
 
+import lazax.modes as lx
+
+# "xla" when torch_xla was imported before lazax (as here), lazax's "lazax" otherwise.
+DEV = lx.device().type
+
 
 def _executions() -> int:
     return (met.metric_data("ExecuteTime") or (0,))[0]
 
 
 def test_device_is_the_first_lazax_device():
-    assert torch_xla.device() == torch.device("lazax:0")
-    assert torch_xla.device(0) == torch.device("lazax:0")
-    assert torch_xla.devices()[0] == torch.device("lazax:0")
+    assert torch_xla.device() == lx.device(0)
+    assert torch_xla.device(0) == lx.device(0)
+    assert torch_xla.devices()[0] == lx.device(0)
     assert torch_xla.device_count() == len(torch_xla.devices()) >= 1
     assert torch_xla.real_devices()[0] == "CPU:0"
     assert len(torch_xla.real_devices()) == torch_xla.device_count()

@@ -11,13 +11,18 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 
+import lazax.modes as lx
+
+# "xla" when torch_xla was imported before lazax (as here), lazax's "lazax" otherwise.
+DEV = lx.device().type
+
 
 def test_xla_device_and_its_hardware():
     dev = xm.xla_device()
-    assert dev == torch.device("lazax:0") == xm.xla_device(0)
+    assert dev == lx.device(0) == xm.xla_device(0)
     assert xm.xla_device_hw(dev) == "CPU"
-    assert xm.xla_device_hw("lazax:0") == "CPU"
-    assert xm.get_xla_supported_devices()[0] == "lazax:0"
+    assert xm.xla_device_hw(f"{DEV}:0") == "CPU"
+    assert xm.get_xla_supported_devices()[0] == f"{DEV}:0"
     assert xm.is_xla_tensor(torch.ones(1, device=dev))
     assert not xm.is_xla_tensor(torch.ones(1))
     with pytest.raises(RuntimeError):
@@ -51,7 +56,7 @@ def _train(device, steps=4, barrier=True):
         opt.zero_grad()
         loss = F.cross_entropy(model(x.to(device)), y.to(device))
         loss.backward()
-        if device.type == "lazax":
+        if device.type == DEV:
             xm.optimizer_step(opt, barrier=barrier)
             if not barrier:
                 xm.mark_step()

@@ -14,9 +14,10 @@ Contract: the top-level functions are ``_api``'s (device, devices, device_count,
 compile, step, manual_seed, launch); the submodules ``core.xla_model`` (xm),
 ``runtime`` (xr), ``debug.metrics`` (met), ``debug.profiler`` (xp),
 ``distributed.spmd`` (xs), ``distributed.parallel_loader`` (pl),
-``distributed.xla_multiprocessing`` (xmp), ``experimental`` (eager mode) are imported
+``distributed.xla_multiprocessing`` (xmp), ``experimental`` (eager mode), ``utils`` are imported
 with it. torch_xla's environment variables are applied (``_env``) before lazax reads
-its own. torch_xla's internals (``torch_xla._XLAC``) do not exist. What maps to what and
+its own. Of torch_xla's internals (``torch_xla._XLAC``) only the functions lazax can
+answer exist (``_XLAC``'s docstring). What maps to what and
 what differs: docs/torch_xla.md.
 """
 
@@ -28,7 +29,7 @@ from . import _env  # noqa: E402
 
 _env.apply()
 
-from . import core, debug, distributed, experimental, runtime  # noqa: E402
+from . import _XLAC, core, debug, distributed, experimental, runtime, utils  # noqa: E402
 from ._api import (  # noqa: E402
     compile,
     device,
@@ -43,6 +44,7 @@ from ._api import (  # noqa: E402
 from ._version import __version__  # noqa: E402
 
 __all__ = [
+    "_XLAC",
     "__version__",
     "compile",
     "core",
@@ -58,4 +60,5 @@ __all__ = [
     "runtime",
     "step",
     "sync",
+    "utils",
 ]

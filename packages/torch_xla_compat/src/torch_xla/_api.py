@@ -1,11 +1,13 @@
 """torch_xla's top-level functions over lazax (``torch_xla.device()``, ``sync()``...).
 
 Contract (torch_xla 2.9's documented behaviour, on the ``lazax`` device):
-- ``device(index=None)``: ``torch.device("lazax:<index>")`` (index 0 when None);
+- ``device(index=None)``: ``torch.device("xla:<index>")`` (index 0 when None;
+  ``IndexError`` past the last device);
   ``devices()``: every device of this process; ``device_count()``: how many;
   ``real_devices()``: their hardware names (``"CPU:0"``...).
 - ``sync(wait=False, reset_scope=True)``: cut the trace (``lx.sync``), then run the step
-  closures queued by ``xm.add_step_closure`` in order (torch_xla's ``mark_step``).
+  closures queued by ``xm.add_step_closure`` in order (torch_xla's ``mark_step``);
+  counted as ``MarkStep`` in ``met``.
 - ``compile(f=None, full_graph=False, name=None, max_different_graphs=None)``:
   ``lx.compile``: a decorator, a wrapper or a ``with`` block; one graph per call. A
   decorated method binds ``self``. Its errors begin in torch_xla's words ("Unexpected
@@ -32,7 +34,10 @@ import torch
 
 import lazax.modes as lx
 
+from . import _counters
+
 __all__ = [
+    "DEVICE_TYPE",
     "add_step_closure",
     "compile",
     "device",
@@ -45,12 +50,18 @@ __all__ = [
     "sync",
 ]
 
+# "xla" when torch_xla was imported before lazax (``_env``), else lazax's own "lazax".
+DEVICE_TYPE = lx.device().type
+
 _CLOSURES: list = []
 
 
 def device(index: int | None = None) -> torch.device:
     """The lazax device ``index`` (0 when None), torch_xla's ``xla:<index>``."""
-    return lx.device(0 if index is None else int(index))
+    index = 0 if index is None else int(index)
+    if not 0 <= index < lx.device_count():  # torch_xla's error for a device it lacks
+        raise IndexError(f"device index {index} out of range: {lx.device_count()} devices")
+    return lx.device(index)
 
 
 def devices() -> list[torch.device]:
@@ -79,6 +90,7 @@ def add_step_closure(closure, args=(), run_async: bool = False) -> None:
 def sync(wait: bool = False, reset_scope: bool = True) -> None:
     """torch_xla's ``sync``/``mark_step``: run the pending graph, then step closures."""
     lx.sync(wait=wait)
+    _counters.bump("MarkStep")
     while _CLOSURES:
         closure, args = _CLOSURES.pop(0)
         closure(*args)
@@ -174,7 +186,7 @@ def step():
 
 def manual_seed(seed: int, device=None) -> None:
     """Seed the device's random number generator (not the CPU's)."""
-    torch.get_device_module("lazax").manual_seed(int(seed))
+    torch.get_device_module(DEVICE_TYPE).manual_seed(int(seed))
 
 
 def launch(fn, args=(), start_method: str = "spawn", debug_single_process: bool = False):

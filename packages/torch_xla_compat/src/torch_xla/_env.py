@@ -7,12 +7,17 @@ reads its own settings. For each variable a torch_xla user sets:
   (the lazax one wins); ``PT_XLA_DEBUG_LEVEL`` (or ``PT_XLA_DEBUG``) non-zero turns on
   ``LAZAX_DEBUG_RECOMPILES``, lazax's explanation of each recompile.
 - ``IGNORED``: set but without effect here; one ``UserWarning`` names each with why.
+- The device is named ``xla`` (``LAZAX_DEVICE_NAME=xla``, lazax's switch, read when
+  lazax is first imported), unless the user set ``LAZAX_DEVICE_NAME``; if lazax was
+  imported before ``torch_xla`` under another name, one ``UserWarning`` says that the
+  device keeps that name (torch cannot rename a backend twice).
 docs/torch_xla.md's table is this module's tables.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 __all__ = ["HONOURED", "IGNORED", "MAPPED", "apply"]
@@ -57,8 +62,22 @@ def _on(value: str) -> bool:
     return value.strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _name_device_xla(environ) -> None:
+    environ.setdefault("LAZAX_DEVICE_NAME", "xla")
+    executor = sys.modules.get("lazax.executor")
+    if executor is not None and executor.DEVICE_NAME != environ["LAZAX_DEVICE_NAME"]:
+        warnings.warn(
+            f"torch_xla (lazax): lazax was imported before torch_xla, so its device is "
+            f"{executor.DEVICE_NAME!r}, not 'xla'; import torch_xla first (or set "
+            f"LAZAX_DEVICE_NAME=xla) for torch.device('xla') to be lazax's",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 def apply(environ=os.environ) -> list[str]:
     """Map and warn as the module docstring says; returns the ignored names that are set."""
+    _name_device_xla(environ)
     for name, (target, _) in MAPPED.items():
         if name not in environ or target in environ:
             continue

@@ -3,7 +3,7 @@
 Contract:
 - ``device_type()``: ``"CPU"``, ``"CUDA"`` or ``"TPU"``: the platform lazax runs on, from
   ``PJRT_DEVICE`` as lazax reads it (``GPU`` reads as ``CUDA``); ``set_device_type(name)``
-  sets ``PJRT_DEVICE`` (before anything used a device).
+  sets ``PJRT_DEVICE``; once a device was used, another platform raises ``RuntimeError``.
 - Processes: lazax runs one process per host (or per torchrun worker) over all its
   devices, so torch_xla's replicas are lazax's processes: ``world_size()`` is
   ``lx.process_count()`` (1 after ``use_spmd()``, as in torch_xla), ``global_ordinal()``
@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 
 import lazax.modes as lx
+
+from . import _XLAC
 
 __all__ = [
     "addressable_device_count",
@@ -55,6 +57,12 @@ def device_type() -> str:
 
 def set_device_type(pjrt_device: str) -> None:
     """Choose the platform (``PJRT_DEVICE``); only before anything used a device."""
+    wanted = _NAMES.get(pjrt_device.strip().upper(), pjrt_device.strip().upper())
+    if _XLAC._xla_runtime_is_initialized() and wanted != device_type():
+        raise RuntimeError(
+            f"Can't change device type to {pjrt_device!r} after the runtime is initialized "
+            f"(it runs on {device_type()})"
+        )
     os.environ["PJRT_DEVICE"] = pjrt_device
 
 

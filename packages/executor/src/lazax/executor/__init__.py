@@ -1,8 +1,10 @@
 """lazax.executor: the tensor layer, the op library and the barrier.
 
-Importing it registers the ``lazax`` device with torch. ``LazyTensor`` is the tensor
-type on ``lazax:N``; ``EXECUTOR`` holds the flags the modes set (``eager``,
-``allow_execution``, ``graph_name``; changed for a block with ``EXECUTOR.mode(...)``),
+Importing it registers the ``lazax`` device with torch (``DEVICE_NAME``: ``xla`` instead
+under ``LAZAX_DEVICE_NAME=xla``, read at import, for the torch_xla compatibility
+package). ``LazyTensor`` is the tensor type on ``lazax:N``; ``EXECUTOR`` holds the flags
+the modes set (``eager``, ``allow_execution``, ``graph_name``; changed for a block with
+``EXECUTOR.mode(...)``),
 the sync entry points, the runtime and the computation cache; ``sync_tensors_graph`` /
 ``sync`` are the barrier; ``metrics`` the counters. ``Replay`` captures a function of
 lazax tensors once and runs it by hash afterwards (``CaptureBroken`` when it cannot be;
@@ -32,6 +34,7 @@ from .barrier.lower import lowered_text  # noqa: E402
 from .barrier.placement import place_arguments as place_sharded_arguments  # noqa: E402
 from .barrier.placement import placement as sharded_placement  # noqa: E402
 from .barrier.placement import signature as sharding_signature  # noqa: E402
+from .config import DEVICE_NAME  # noqa: E402
 from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
 from .dispatch.kernels import register_kernels  # noqa: E402
 from .dispatch.run import apply_eager_sync  # noqa: E402
@@ -117,6 +120,7 @@ def sync(wait: bool = False) -> None:
 
 __all__ = [
     "CHECKS",
+    "DEVICE_NAME",
     "CaptureBroken",
     "EXECUTOR",
     "RNG",

@@ -17,6 +17,7 @@ recompile), so a test or a launcher that sets a variable before that point is ob
 | ``LAZAX_DISTRIBUTED_TIMEOUT`` | 300 | seconds a process waits for the others to agree |
 | ``LAZAX_FALLBACK`` | warn | an op run on the CPU: ``warn`` once per op, ``silent``, ``error`` |
 | ``LAZAX_DUMP_DIR`` | unset | write each compiled graph's IR, StableHLO and HLO there |
+| ``LAZAX_DEVICE_NAME`` | lazax | the device's name, read once at import: ``lazax`` or ``xla`` |
 
 The computation cache reads its own (``LAZAX_COMPILATION_CACHE_SIZE``,
 ``LAZAX_PERSISTENT_CACHE_DIR``, ``LAZAX_PERSISTENT_CACHE_READ_ONLY``: ``lazax.cache``),
@@ -29,10 +30,26 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["DEVICE_NAME", "FALLBACK_MODES", "Settings", "settings"]
+__all__ = ["DEVICE_NAME", "DEVICE_NAMES", "FALLBACK_MODES", "Settings", "settings"]
 
-# torch's PrivateUse1 backend, renamed: tensors say ``device='lazax:0'``.
-DEVICE_NAME = "lazax"
+# The names torch's PrivateUse1 backend can be given. ``xla`` is for the torch_xla
+# compatibility package: torch already knows the name (``torch.device("xla:0")``,
+# ``device.type == "xla"`` in libraries), and once PrivateUse1 is renamed to it torch parses
+# it as PrivateUse1, whose device guard a Python backend can register (torch's own XLA
+# key has no device guard in torch, and autograd needs one for every tensor it records).
+DEVICE_NAMES = ("lazax", "xla")
+
+
+def _device_name(raw: str | None) -> str:
+    name = (raw or "lazax").strip().lower()
+    if name not in DEVICE_NAMES:
+        raise ValueError(f"LAZAX_DEVICE_NAME={raw!r}: expected one of {', '.join(DEVICE_NAMES)}")
+    return name
+
+
+# torch's PrivateUse1 backend, renamed: tensors say ``device='lazax:0'`` (or ``xla:0``).
+# Read once, at import: torch cannot rename a backend twice in one process.
+DEVICE_NAME = _device_name(os.environ.get("LAZAX_DEVICE_NAME"))
 
 _OFF = ("", "0", "false")
 

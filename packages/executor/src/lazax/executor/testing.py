@@ -34,6 +34,7 @@ from lazax import pjrt
 from . import metrics, sync_tensors_graph
 from .barrier.compile import CompileStage
 from .barrier.executor import EXECUTOR
+from .config import DEVICE_NAME
 
 __all__ = [
     "check_against_cpu",
@@ -85,7 +86,7 @@ def to_device(value, device):
 def check_against_cpu(fn, *args, **tolerances):
     expected = fn(*args)
     with no_cpu_fallback():
-        got = to_device(fn(*to_device(args, "lazax")), "cpu")
+        got = to_device(fn(*to_device(args, DEVICE_NAME)), "cpu")
     torch.testing.assert_close(got, expected, equal_nan=True, **tolerances)
     return got
 
@@ -95,7 +96,7 @@ _DEFERRED: list = []  # (line of the deferred_check call, lazax result, CPU resu
 
 def deferred_check(fn, *args, **tolerances) -> None:
     expected = fn(*_map_tensors(lambda t: t.clone(), list(args)))
-    got = fn(*to_device(list(args), "lazax"))
+    got = fn(*to_device(list(args), DEVICE_NAME))
     _DEFERRED.append((sys._getframe(1).f_lineno, got, expected, tolerances))
 
 

@@ -46,6 +46,7 @@ from collections.abc import Mapping, MutableMapping
 import torch
 
 from lazax.executor import (
+    DEVICE_NAME,
     Layout,
     LazyTensor,
     Sharding,
@@ -70,9 +71,9 @@ class DeviceLoader:
         if not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be a positive number of batches, got {prefetch!r}")
         if device is None:
-            device = torch.device("lazax", torch.accelerator.current_device_index())
+            device = torch.device(DEVICE_NAME, torch.accelerator.current_device_index())
         device = torch.device(device)
-        if device.type != "lazax":
+        if device.type != DEVICE_NAME:
             raise ValueError(f"DeviceLoader moves batches to a lazax device, not {device}")
         if not (sharding is None or isinstance(sharding, Sharding) or callable(sharding)):
             raise TypeError(

@@ -38,6 +38,7 @@ from datetime import timedelta
 
 from lazax import pjrt as _pjrt
 from lazax.executor import (
+    DEVICE_NAME,
     GraphsDifferError,
     LazaxProcessGroup,
     global_tensor,
@@ -188,7 +189,7 @@ def _register_backend() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and "lazax" not in dist.Backend.backend_list:
-        dist.Backend.register_backend("lazax", _create_process_group, devices=["lazax"])
+        dist.Backend.register_backend("lazax", _create_process_group, devices=[DEVICE_NAME])
 
 
 _register_backend()

@@ -106,7 +106,7 @@ def xla_device_hw(device) -> str:
 
 
 def is_xla_tensor(tensor) -> bool:
-    return isinstance(tensor, torch.Tensor) and tensor.device.type == "lazax"
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == _api.DEVICE_TYPE
 
 
 def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
@@ -250,7 +250,7 @@ def optimizer_step(
 
 def _to_cpu(data):
     if isinstance(data, torch.Tensor):
-        return data.detach().cpu() if data.device.type == "lazax" else data
+        return data.detach().cpu() if data.device.type == _api.DEVICE_TYPE else data
     if isinstance(data, dict):
         return type(data)((k, _to_cpu(v)) for k, v in data.items())
     if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
@@ -268,7 +268,8 @@ def save(data, file_or_path, master_only: bool = True, global_master: bool = Fal
 
 def get_rng_state(device=None) -> int:
     """The device RNG's state as one int (``seed + counter * 2**64``)."""
-    seed, counter = (int(v) for v in torch.get_device_module("lazax").get_rng_state().tolist())
+    state = torch.get_device_module(_api.DEVICE_TYPE).get_rng_state()
+    seed, counter = (int(v) for v in state.tolist())
     return (seed & _MASK64) | (counter << 64)
 
 
@@ -280,7 +281,7 @@ def set_rng_state(seed: int, device=None) -> None:
     # its random keys depend on the seed modulo 2**63 only, so both read the same.
     signed = low - (1 << 64) if low >= 1 << 63 else low
     state = torch.tensor([signed, counter], dtype=torch.int64)
-    torch.get_device_module("lazax").set_rng_state(state)
+    torch.get_device_module(_api.DEVICE_TYPE).set_rng_state(state)
 
 
 def optimization_barrier_(tensors) -> None:

@@ -1,18 +1,23 @@
 """``torch_xla.debug.metrics`` (``met``): lazax's counters and timed metrics.
 
 Contract: ``counter_names()``, ``counter_value(name)`` (None if never counted),
-``metric_names()``, ``metric_data(name)`` -> ``(count, total_seconds, samples)`` or None,
+``metric_names()``, ``metric_data(name)`` -> ``(count, accumulator, samples)`` or None,
 ``metrics_report()``, ``short_metrics_report(counter_names=None, metric_names=None)``,
-``clear_all()``, ``clear_counters()``, ``clear_metrics()``: lazax.modes.metrics. The
-names torch_xla's users read exist with the same meaning: ``CompileTime``,
-``ExecuteTime``, ``CachedCompile``, ``UncachedCompile``, ``TransferToDeviceTime``,
-``TransferFromDeviceTime`` and ``aten::<op>`` for each op that ran on the CPU
-(``executed_fallback_ops()`` lists them, with custom ops' ``lib::op``). lazax keeps
-no per-op ``xla::<op>`` counters (it counts graphs, not ops).
+``clear_all()``, ``clear_counters()``, ``clear_metrics()``: lazax.modes.metrics. As in
+torch_xla, a time metric's accumulator and samples are nanoseconds (lazax keeps
+seconds). The names torch_xla's users read exist with the same meaning:
+``CompileTime``, ``ExecuteTime``, ``CachedCompile``, ``UncachedCompile``,
+``TransferToDeviceTime``, ``TransferFromDeviceTime``, ``MarkStep`` (one per
+``torch_xla.sync()``) and ``aten::<op>`` for each op that ran on the CPU
+(``executed_fallback_ops()`` lists them, with custom ops' ``lib::op``); counters bumped
+with ``torch_xla._XLAC._xla_increment_counter`` are reported beside them. lazax keeps no
+per-op ``xla::<op>`` counters (it counts graphs, not ops).
 ``short_metrics_report``'s name filters are accepted; lazax's short report is fixed.
 """
 
 from lazax.modes import metrics as _metrics
+
+from .. import _counters
 
 __all__ = [
     "clear_all",
@@ -27,12 +32,32 @@ __all__ = [
     "short_metrics_report",
 ]
 
-counter_names = _metrics.counter_names
-counter_value = _metrics.counter_value
 metric_names = _metrics.metric_names
-metric_data = _metrics.metric_data
-metrics_report = _metrics.metrics_report
-clear_all = _metrics.clear_all
+
+
+def counter_names() -> list[str]:
+    return list(_metrics.counter_names()) + _counters.names()
+
+
+def counter_value(name: str) -> int | None:
+    own = _counters.value(name)
+    return own if own is not None else _metrics.counter_value(name)
+
+
+def metric_data(name: str):
+    data = _metrics.metric_data(name)
+    if data is None or not name.endswith("Time"):
+        return data
+    count, total, samples = data
+    return count, total * 1e9, [s * 1e9 for s in samples]
+
+
+def _own_counters() -> str:
+    return "".join(f"Counter: {n}\n  Value: {_counters.value(n)}\n" for n in _counters.names())
+
+
+def metrics_report() -> str:
+    return _metrics.metrics_report() + _own_counters()
 
 
 def short_metrics_report(counter_names=None, metric_names=None) -> str:
@@ -40,13 +65,18 @@ def short_metrics_report(counter_names=None, metric_names=None) -> str:
     return _metrics.short_metrics_report()
 
 
+def clear_all() -> None:
+    _metrics.clear_all()
+    _counters.clear()
+
+
 def clear_counters() -> None:
     """lazax clears counters and metrics together."""
-    _metrics.clear_all()
+    clear_all()
 
 
 def clear_metrics() -> None:
-    _metrics.clear_all()
+    clear_all()
 
 
 def executed_fallback_ops() -> list[str]:

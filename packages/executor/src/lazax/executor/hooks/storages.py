@@ -308,7 +308,7 @@ def _sharding_of(storage: Storage) -> dict | None:
 def _reshard(t: LazyTensor, saved: dict) -> None:
     """Shard a loaded tensor as it was saved, where this process has the mesh's devices;
     otherwise it stays on one device (replicated)."""
-    if max(saved["devices"]) >= torch.lazax.device_count():
+    if max(saved["devices"]) >= torch.get_device_module(DEVICE_NAME).device_count():
         return
     mesh = Mesh(saved["devices"], saved["shape"], saved["axes"])
     spec = tuple(tuple(e) if isinstance(e, list) else e for e in saved["spec"])
@@ -318,7 +318,7 @@ def _reshard(t: LazyTensor, saved: dict) -> None:
 def _validate_index(location: str) -> int:
     device = torch.device(location)
     index = device.index or 0
-    count = torch.lazax.device_count()
+    count = torch.get_device_module(DEVICE_NAME).device_count()
     if index >= count:
         raise RuntimeError(
             f"Attempting to deserialize object on {DEVICE_NAME} device {index} but "

@@ -28,6 +28,7 @@ from lazax import ir
 
 from ..barrier.executor import EXECUTOR
 from ..barrier.lower import lower
+from ..config import DEVICE_NAME
 from ..state.dtypes import dtype_name, torch_dtype
 from ..state.layout import Layout
 from ..state.values import ir_value
@@ -47,7 +48,7 @@ def as_tensor(leaf: ir.Node, device: int) -> torch.Tensor:
     spec = leaf.specs[0]
     if leaf.op == ir.SCALAR:
         return torch.tensor(leaf.data, dtype=torch_dtype(spec.dtype)).to(
-            torch.device("lazax", device)
+            torch.device(DEVICE_NAME, device)
         )
     return new_tensor(leaf, Layout(spec.shape, torch_dtype(spec.dtype)), device)
 

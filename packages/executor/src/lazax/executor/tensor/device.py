@@ -27,7 +27,7 @@ The device module answers what torch's generic code asks an accelerator's module
 from __future__ import annotations
 
 import torch
-from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+from torch.utils import backend_registration
 
 from lazax import pjrt
 
@@ -147,11 +147,11 @@ class _LazaxDeviceModule:
         return RNG.seed
 
     @staticmethod
-    def get_rng_state(device="lazax") -> torch.Tensor:
+    def get_rng_state(device=DEVICE_NAME) -> torch.Tensor:
         return RNG.get_state()
 
     @staticmethod
-    def set_rng_state(state: torch.Tensor, device="lazax") -> None:
+    def set_rng_state(state: torch.Tensor, device=DEVICE_NAME) -> None:
         RNG.set_state(state)
 
     @staticmethod
@@ -171,12 +171,28 @@ def register() -> None:
     if torch._C._get_privateuse1_backend_name() == DEVICE_NAME:
         _registered = True
         return
-    _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_LazaxDeviceModule())
+    if DEVICE_NAME == "xla":
+        _register_as_xla()
+    else:
+        backend_registration._setup_privateuseone_for_python_backend(
+            DEVICE_NAME, backend_module=_LazaxDeviceModule()
+        )
     accelerator.install()
     torch.autograd.set_multithreading_enabled(False)
     _registered = True
 
 
+def _register_as_xla() -> None:
+    """PrivateUse1 renamed ``xla`` (``LAZAX_DEVICE_NAME=xla``): what
+    ``_setup_privateuseone_for_python_backend`` does, without its generated tensor
+    methods, since ``torch.Tensor.is_xla`` exists already (it asks for torch's own XLA
+    key, which a lazax tensor has not: ``LazyTensor.is_xla`` answers instead)."""
+    torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+    torch._register_device_module(DEVICE_NAME, _LazaxDeviceModule())
+    torch._C._acc.register_python_privateuseone_hook(backend_registration._DummyPrivateUse1Hook())
+    torch._C._acc.register_python_privateuseone_device_guard(backend_registration._DummyDeviceGuard())
+
+
 def device(index: int = 0) -> torch.device:
-    """``torch.device("lazax:<index>")``."""
+    """``torch.device("lazax:<index>")`` (``xla:<index>`` under ``LAZAX_DEVICE_NAME=xla``)."""
     return torch.device(DEVICE_NAME, index)

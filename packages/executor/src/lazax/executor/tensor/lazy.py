@@ -57,6 +57,12 @@ class LazyTensor(torch.Tensor):
             return body[:-1] + f", {suffix})"
         return body
 
+    @property
+    def is_xla(self) -> bool:
+        # torch's own ``is_xla`` asks for its XLA dispatch key, which no lazax tensor
+        # has; under ``LAZAX_DEVICE_NAME=xla`` the tensor is on ``xla`` all the same.
+        return DEVICE_NAME == "xla"
+
     def tolist(self):
         return to_cpu(self).tolist()
 
@@ -116,7 +122,10 @@ def share_content(t: LazyTensor, source: LazyTensor) -> None:
         source._lz_storage.add_view(t)
 
 
-_DEVICES = [torch.device(DEVICE_NAME, i) for i in range(64)]
+# By torch's fixed name for the backend, which means PrivateUse1 whatever it is renamed to
+# (this module is imported before ``device.register`` renames it; "xla" parsed before the
+# rename would be torch's own XLA type). They print as ``lazax:N`` (or ``xla:N``).
+_DEVICES = [torch.device("privateuseone", i) for i in range(64)]
 
 _TENSOR_DATA = torch._C.TensorBase.data
 

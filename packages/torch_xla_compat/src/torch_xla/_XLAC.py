@@ -1,0 +1,92 @@
+"""``torch_xla._XLAC``: the few functions of torch_xla's C++ extension that scripts and
+torch_xla's own tests call, each answered by lazax's public API. Everything else of
+``_XLAC`` (IR dumps, tensor ids, graph hashes, SPMD shape conversions) does not exist:
+an ``AttributeError`` names it rather than a made-up value.
+
+Contract:
+- ``_xla_runtime_is_initialized()``: lazax's runtime has started (a device was used).
+- ``_xla_get_all_devices()``: every device of the job as torch_xla's runtime names them
+  (``"CPU:0"``, ...); ``_xla_get_default_device()``: ``"xla:0"`` (``lazax:0`` when lazax
+  was imported first).
+- ``_xla_sync_multi(tensors, devices, wait=True, sync_xla_data=True)``: run the pending
+  work those tensors need (``lx.sync_tensors``); ``_xla_wait_device_ops(devices=[])``.
+- ``_xla_increment_counter(name, n)``: bump a counter that ``met`` reports.
+- ``_get_xla_sharding_spec(t)``: the tensor's sharding in XLA's HloSharding text, as
+  torch_xla prints it: ``""`` unsharded, ``"{replicated}"``,
+  ``"{devices=[2,4]0,1,2,3,4,5,6,7}"``, with `` last_tile_dim_replicate`` when mesh
+  axes are left out of the spec.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+import lazax.modes as lx
+
+from . import _api, _counters
+
+__all__ = [
+    "_get_xla_sharding_spec",
+    "_xla_get_all_devices",
+    "_xla_get_default_device",
+    "_xla_increment_counter",
+    "_xla_runtime_is_initialized",
+    "_xla_sync_multi",
+    "_xla_wait_device_ops",
+]
+
+
+def _xla_runtime_is_initialized() -> bool:
+    return bool(torch.get_device_module(_api.DEVICE_TYPE).is_initialized())
+
+
+def _xla_get_all_devices() -> list[str]:
+    kind = os.environ.get("PJRT_DEVICE", "CPU").strip().upper() or "CPU"
+    kind = "CUDA" if kind == "GPU" else kind
+    return [f"{kind}:{i}" for i in range(lx.global_device_count())]
+
+
+def _xla_get_default_device() -> str:
+    return str(lx.device(0))
+
+
+def _xla_sync_multi(tensors, devices=(), wait: bool = True, sync_xla_data: bool = True):
+    lx.sync_tensors(list(tensors), wait=wait)
+
+
+def _xla_wait_device_ops(devices=()) -> None:
+    lx.wait_device_ops()
+
+
+def _xla_increment_counter(name: str, n: int = 1) -> None:
+    _counters.bump(name, n)
+
+
+def _get_xla_sharding_spec(t) -> str:
+    sharding = lx.get_sharding(t)
+    if sharding is None:
+        return ""
+    mesh, spec = sharding.mesh, sharding.partition_spec
+    names = list(mesh.axis_names)
+    # The mesh's device ids laid out on its axes; each tensor dim takes its axes' tiles
+    # in order, the axes the spec leaves out become one trailing replicated dim.
+    grid = np.array(mesh.device_ids).reshape(mesh.mesh_shape)
+    used, tiles = [], []
+    for entry in spec:
+        axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
+        idx = [names.index(a) if not isinstance(a, int) else a for a in axes]
+        used += idx
+        tiles.append(int(np.prod([mesh.mesh_shape[i] for i in idx], dtype=np.int64)))
+    rest = [i for i in range(len(names)) if i not in used]
+    replicas = int(np.prod([mesh.mesh_shape[i] for i in rest], dtype=np.int64))
+    if all(n == 1 for n in tiles):
+        return "{replicated}"
+    order = grid.transpose(used + rest).reshape(-1)
+    ids = ",".join(str(int(i)) for i in order)
+    if replicas == 1:
+        return "{devices=[" + ",".join(map(str, tiles)) + "]" + ids + "}"
+    dims = ",".join(map(str, tiles + [replicas]))
+    return "{devices=[" + dims + "]" + ids + " last_tile_dim_replicate}"

@@ -1,0 +1,123 @@
+"""The parts of torch_xla's internals the package answers, against torch_xla's
+documented behaviour: ``_XLAC``'s runtime, sync, counter and sharding-spec functions,
+``MarkStep``, times in nanoseconds, ``xenv``, ``xu``, ``metrics_compare_utils``,
+``xs.mark_sharding_with_gradients``, ``XLAShardedTensor``."""
+
+import os
+
+import pytest
+import torch
+import torch_xla
+import torch_xla._XLAC as xlac
+import torch_xla.core.xla_env_vars as xenv
+import torch_xla.debug.metrics as met
+import torch_xla.debug.metrics_compare_utils as mcu
+import torch_xla.distributed.spmd as xs
+import torch_xla.runtime as xr
+import torch_xla.utils.utils as xu
+
+import lazax.modes as lx
+
+
+def test_runtime_devices_and_default_device():
+    torch.ones(1, device=torch_xla.device()).cpu()
+    assert xlac._xla_runtime_is_initialized()
+    assert xlac._xla_get_all_devices() == [f"CPU:{i}" for i in range(lx.global_device_count())]
+    assert xlac._xla_get_default_device() == str(lx.device(0))
+    with pytest.raises(IndexError):
+        torch_xla.device(lx.device_count())
+
+
+def test_set_device_type_after_start_raises_for_another_platform(monkeypatch):
+    torch.ones(1, device=torch_xla.device()).cpu()
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    xr.set_device_type("cpu")  # the same platform: fine
+    with pytest.raises(RuntimeError, match="after the runtime is initialized"):
+        xr.set_device_type("TPU")
+    assert os.environ["PJRT_DEVICE"] == "cpu"
+
+
+def test_sync_multi_runs_the_pending_work():
+    met.clear_all()
+    t = torch.ones(3, device=torch_xla.device()) * 3
+    xlac._xla_sync_multi([t], [])
+    assert met.metric_data("ExecuteTime")[0] == 1
+    assert t.cpu().tolist() == [3.0, 3.0, 3.0]
+
+
+def test_mark_step_counter_and_own_counters_are_reported_and_cleared():
+    met.clear_all()
+    torch_xla.sync()
+    with torch_xla.step():
+        pass
+    assert met.counter_value("MarkStep") == 3
+    xlac._xla_increment_counter("MyCounter", 3)
+    xlac._xla_increment_counter("MyCounter", 1)
+    assert met.counter_value("MyCounter") == 4 and "MyCounter" in met.counter_names()
+    assert "Counter: MyCounter\n  Value: 4" in met.metrics_report()
+    met.clear_counters()
+    assert met.counter_value("MyCounter") is None and met.counter_value("MarkStep") is None
+
+
+def test_time_metrics_are_nanoseconds():
+    met.clear_all()
+    (torch.ones(4, device=torch_xla.device()) + 1).cpu()
+    count, total_ns, samples = met.metric_data("CompileTime")
+    assert count == 1 and total_ns > 1e5  # a compile takes more than 0.1 ms
+    assert samples[-1] == pytest.approx(total_ns)
+
+
+def test_sharding_spec_in_xla_text():
+    if lx.global_device_count() < 8:
+        pytest.skip("needs 8 devices")
+    mesh = xs.Mesh(range(8), (2, 4), ("a", "b"))
+    dev = torch_xla.device()
+    cases = {
+        ("a", "b"): "{devices=[2,4]0,1,2,3,4,5,6,7}",
+        ("b", "a"): "{devices=[4,2]0,4,1,5,2,6,3,7}",
+        ("a", None): "{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}",
+        (None, None): "{replicated}",
+    }
+    for spec, text in cases.items():
+        t = torch.zeros(8, 8, device=dev)
+        xs.mark_sharding(t, mesh, spec)
+        assert xlac._get_xla_sharding_spec(t) == text, spec
+    assert xlac._get_xla_sharding_spec(torch.zeros(2, device=dev)) == ""
+
+
+def test_mark_sharding_with_gradients_shards_value_and_gradient():
+    if lx.global_device_count() < 2:
+        pytest.skip("needs 2 devices")
+    mesh = xs.Mesh(range(2), (2,), ("x",))
+    w = torch.randn(4, 3, device=torch_xla.device(), requires_grad=True)
+    y = xs.mark_sharding_with_gradients(w, mesh, ("x", None))
+    assert xlac._get_xla_sharding_spec(y).startswith("{devices=[2,1]")
+    (y * 2).sum().backward()
+    torch.testing.assert_close(w.grad.cpu(), torch.full((4, 3), 2.0))
+    with pytest.raises(NotImplementedError, match="plain tensor"):
+        xs.XLAShardedTensor(w)
+
+
+def test_env_var_names_and_utils(monkeypatch):
+    assert xenv.PJRT_DEVICE == "PJRT_DEVICE" and xenv.CPU_NUM_DEVICES == "CPU_NUM_DEVICES"
+    monkeypatch.setenv("MY_N", "7")
+    monkeypatch.setenv("MY_FLAG", "0")
+    assert xu.getenv_as("MY_N", int) == 7 and xu.getenv_as("MISSING_X", int, 3) == 3
+    assert xu.getenv_as("MY_FLAG", bool) is False
+    assert xu.check_env_flag("MISSING_X") is False and xu.check_env_flag("MISSING_X", "1")
+    assert xu.as_list((1, 2)) == [1, 2] and xu.as_list(5) == [5]
+    gen = xu.SampleGenerator("batch", 3)
+    assert len(gen) == 3 and list(gen) == ["batch"] * 3
+    ports = xu.get_free_tcp_ports(2)
+    assert len(set(ports)) == 2
+
+
+def test_metrics_compare_utils_reads_reports():
+    report = (
+        "Metric: CompileTime\n  TotalSamples: 2\n  Accumulator: 1.5ms\n"
+        "  Median: 0.7ms (over the last 2)\nCounter: UncachedCompile\n  Value: 2\n"
+    )
+    points = mcu.get_data_points_from_metrics_reports([report, report])
+    assert points["CompileTime__TotalSamples"] == [2.0, 2.0]
+    assert points["CompileTime__Accumulator"] == [pytest.approx(1.5e-3)] * 2
+    assert points["UncachedCompile__Value"] == [2.0, 2.0]
