@@ -121,3 +121,16 @@ def test_metrics_compare_utils_reads_reports():
     assert points["CompileTime__TotalSamples"] == [2.0, 2.0]
     assert points["CompileTime__Accumulator"] == [pytest.approx(1.5e-3)] * 2
     assert points["UncachedCompile__Value"] == [2.0, 2.0]
+
+
+def test_short_metrics_report_keeps_the_named_entries():
+    met.clear_all()
+    t = torch.ones(2, device=torch_xla.device()) * 2
+    torch_xla.sync()
+    t.cpu()
+    default = met.short_metrics_report()
+    for name in ("CompileTime", "ExecuteTime", "TransferFromDeviceTime", "MarkStep"):
+        assert f": {name}\n" in default
+    assert "UncachedCompile" not in default  # not in torch_xla's default list
+    chosen = met.short_metrics_report(counter_names=["UncachedCompile"], metric_names=[])
+    assert chosen.startswith("Counter: UncachedCompile\n") and "CompileTime" not in chosen

@@ -12,7 +12,8 @@ seconds). The names torch_xla's users read exist with the same meaning:
 (``executed_fallback_ops()`` lists them, with custom ops' ``lib::op``); counters bumped
 with ``torch_xla._XLAC._xla_increment_counter`` are reported beside them. lazax keeps no
 per-op ``xla::<op>`` counters (it counts graphs, not ops).
-``short_metrics_report``'s name filters are accepted; lazax's short report is fixed.
+``short_metrics_report(counter_names, metric_names)``: the full report's entries of
+those names (torch_xla's default lists where None) and the CPU-fallback counters.
 """
 
 from lazax.modes import metrics as _metrics
@@ -60,9 +61,44 @@ def metrics_report() -> str:
     return _metrics.metrics_report() + _own_counters()
 
 
+# torch_xla's default short report: its step-level times and counters.
+_SHORT_METRICS = (
+    "CompileTime",
+    "ExecuteTime",
+    "ExecuteReplicatedTime",
+    "TransferToDeviceTime",
+    "TransferFromDeviceTime",
+)
+_SHORT_COUNTERS = ("CachedCompile", "MarkStep")
+
+
+def _blocks(report: str):
+    """``(kind, name, text)`` of each ``Metric:``/``Counter:`` entry of a full report."""
+    blocks, current = [], None
+    for line in report.splitlines(keepends=True):
+        if line.startswith(("Metric: ", "Counter: ")):
+            kind, _, name = line.partition(": ")
+            current = [kind, name.strip(), line]
+            blocks.append(current)
+        elif line.startswith("  ") and current is not None:
+            current[2] += line
+        else:
+            current = None  # a section that is not an entry (compiles by name)
+    return blocks
+
+
 def short_metrics_report(counter_names=None, metric_names=None) -> str:
-    """Compile and execute times, and the ops that ran on the CPU."""
-    return _metrics.short_metrics_report()
+    """The entries of ``metrics_report()`` named by ``metric_names`` and ``counter_names``
+    (torch_xla's defaults where None: compile, execute and transfer times, ``CachedCompile``
+    and ``MarkStep``), and every op that ran on the CPU (``aten::<op>``)."""
+    metrics = set(_SHORT_METRICS if metric_names is None else metric_names)
+    counters = set(_SHORT_COUNTERS if counter_names is None else counter_names)
+    keep = []
+    for kind, name, text in _blocks(metrics_report()):
+        wanted = metrics if kind == "Metric" else counters
+        if name in wanted or (kind == "Counter" and name in executed_fallback_ops()):
+            keep.append(text)
+    return "".join(keep)
 
 
 def clear_all() -> None:
