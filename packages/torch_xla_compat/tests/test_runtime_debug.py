@@ -40,9 +40,11 @@ def test_use_spmd_makes_world_size_one(monkeypatch):
     import torch_xla.runtime as runtime
 
     monkeypatch.setattr(runtime, "_SPMD", [False])
+    monkeypatch.delenv("XLA_USE_SPMD", raising=False)
     assert not xr.is_spmd()
     xr.use_spmd()
     assert xr.is_spmd() and xr.world_size() == 1
+    assert os.environ["XLA_USE_SPMD"] == "1"  # as torch_xla, for child processes
 
 
 def test_initialize_cache_keeps_compiled_programs_across_processes(tmp_path):

@@ -135,3 +135,18 @@ def test_xmp_spawn_runs_one_process_here():
 def test_torch_xla_device_works_as_a_loader_device():
     x, _ = next(iter(pl.MpDeviceLoader(_batches(1), torch_xla.device())))
     assert x.device.type == DEV
+
+
+@pytest.mark.parametrize(
+    "ids, shape, names, words",
+    [
+        (range(2), (4,), None, "Number of device IDs"),
+        ([0, 0], (2,), None, "Device IDs must be unique"),
+        ([1, 2], (2,), None, "Device IDs must be less than mesh size"),
+        (range(2), (1, 2), ("a",), "Number of axis names"),
+        (range(2), (1, 2), ("a", "a"), "Axis names must be unique"),
+    ],
+)
+def test_mesh_refuses_in_torch_xla_words(ids, shape, names, words):
+    with pytest.raises(AssertionError, match=words):
+        xs.Mesh(ids, shape, names)

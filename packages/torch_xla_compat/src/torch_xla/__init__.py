@@ -5,7 +5,7 @@ instead of torch_xla; importing it beside a real torch_xla raises ``ImportError`
 
     import torch_xla
     import torch_xla.core.xla_model as xm
-    device = torch_xla.device()          # torch.device("lazax:0"): torch_xla's xla:0
+    device = torch_xla.device()          # torch.device("xla:0"), lazax's device
     ...
     xm.optimizer_step(optimizer)
     torch_xla.sync()                     # xm.mark_step()

@@ -11,8 +11,9 @@ Contract:
 - ``global_runtime_device_count()`` / ``global_device_count()``: every process's
   devices; ``addressable_device_count()`` / ``addressable_runtime_device_count()`` /
   ``local_device_count()``: this process's.
-- ``use_spmd(auto=False)`` records SPMD mode (``is_spmd()``); lazax shards in every mode,
-  so nothing else changes. ``XLA_USE_SPMD=1`` at import does the same.
+- ``use_spmd(auto=False)`` records SPMD mode (``is_spmd()``) and sets ``XLA_USE_SPMD=1``
+  as torch_xla does; lazax shards in every mode, so nothing else changes.
+  ``XLA_USE_SPMD=1`` at import does the same.
 - ``initialize_cache(path, readonly=False)``: lazax's persistent compilation cache
   (``lx.set_persistent_cache_dir``); call it before anything runs on the device.
 """
@@ -67,8 +68,12 @@ def set_device_type(pjrt_device: str) -> None:
 
 
 def use_spmd(auto: bool = False) -> None:
-    """Turn SPMD mode on: ``world_size()`` is 1 from now on."""
+    """Turn SPMD mode on: ``world_size()`` is 1 from now on. As torch_xla's, it sets
+    ``XLA_USE_SPMD=1`` (and ``XLA_AUTO_SPMD=1`` if ``auto``) for child processes."""
     _SPMD[0] = True
+    os.environ["XLA_USE_SPMD"] = "1"
+    if auto:
+        os.environ["XLA_AUTO_SPMD"] = "1"
 
 
 def is_spmd() -> bool:

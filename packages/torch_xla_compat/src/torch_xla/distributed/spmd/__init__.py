@@ -5,7 +5,9 @@ Contract:
   function takes it) with torch_xla's methods: ``size()`` (devices), ``shape()``
   (axis name -> size, in order), ``get_axis_name_idx(name)``, ``get_logical_mesh()``
   (the device ids as a numpy array of ``mesh_shape``). ``device_ids`` may be a numpy
-  array.
+  array. A mesh torch_xla refuses raises its ``AssertionError`` with its words
+  (device ids as many as the mesh's size, unique, below it; axis names one per
+  dimension, unique).
 - ``mark_sharding(t, mesh, partition_spec)``: ``lx.mark_sharding``; entries are None,
   an axis index or name, or a tuple of them; ``mesh`` None means the global mesh.
   Returns ``t`` (torch_xla returns an ``XLAShardedTensor`` wrapping it; lazax's sharded
@@ -46,6 +48,7 @@ class Mesh(lx.Mesh):
         ids = [int(i) for i in np.asarray(device_ids).reshape(-1)]
         shape = tuple(int(n) for n in mesh_shape)
         names = tuple(axis_names) if axis_names is not None else None
+        _check(ids, shape, names)
         super().__init__(ids, shape, names)
 
     def size(self, axis=None) -> int:  # torch_xla: size() is the device count
@@ -64,6 +67,20 @@ class Mesh(lx.Mesh):
 
     def get_logical_mesh(self) -> np.ndarray:
         return np.array(self.device_ids).reshape(self.mesh_shape)
+
+
+def _check(ids: list, shape: tuple, names) -> None:
+    """torch_xla's checks of a mesh, in its words and with its ``AssertionError``
+    (lazax's own checks, a ``ValueError``, follow)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    assert len(ids) == size, f"Number of device IDs ({len(ids)}) must match mesh size ({size})"
+    assert len(set(ids)) == len(ids), f"Device IDs must be unique: {ids}"
+    assert all(0 <= i < size for i in ids), f"Device IDs must be less than mesh size ({size})"
+    if names is not None:
+        assert len(names) == len(shape), (
+            f"Number of axis names ({len(names)}) must match mesh dimensions ({len(shape)})"
+        )
+        assert len(set(names)) == len(names), f"Axis names must be unique: {names}"
 
 
 def get_1d_mesh(axis_name: str | None = None) -> Mesh:
