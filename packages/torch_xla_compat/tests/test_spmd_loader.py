@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_xla
+import torch_xla._XLAC as xlac
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 import torch_xla.distributed.parallel_loader as pl
@@ -150,3 +151,18 @@ def test_torch_xla_device_works_as_a_loader_device():
 def test_mesh_refuses_in_torch_xla_words(ids, shape, names, words):
     with pytest.raises(AssertionError, match=words):
         xs.Mesh(ids, shape, names)
+
+
+def test_sharding_spec_shards_the_loader_tensors_it_applies_to():
+    if lx.global_device_count() < 2:
+        pytest.skip("needs 2 devices")
+    mesh = xs.get_1d_mesh("data")
+    spec = xs.ShardingSpec(mesh, ("data", None))
+    n = mesh.size()
+    assert spec.can_apply(torch.zeros(n, 3)) and not spec.can_apply(torch.zeros(n))
+    batches = [(torch.ones(n, 3), torch.zeros(n, dtype=torch.int64))] * 2
+    x, y = next(iter(pl.MpDeviceLoader(batches, torch_xla.device(), input_sharding=spec)))
+    ids = ",".join(str(i) for i in range(n))
+    assert xlac._get_xla_sharding_spec(x) == f"{{devices=[{n},1]{ids}}}"
+    assert xlac._get_xla_sharding_spec(y) == ""  # one dimension: the spec does not apply
+    torch.testing.assert_close(x.cpu(), torch.ones(n, 3))

@@ -10,7 +10,7 @@ Contract:
 - ``device_prefetch_size`` is the number of batches kept ready (default 2, lazax's);
   ``loader_prefetch_size``, ``batches_per_execution``, ``host_to_device_transfer_threads``
   are accepted. ``input_sharding``: an ``lx.Sharding`` or a function of a tensor
-  (``lx.DeviceLoader``'s ``sharding``); torch_xla's ``ShardingSpec`` is not supported.
+  (``lx.DeviceLoader``'s ``sharding``), such as torch_xla's ``xs.ShardingSpec``.
 - Several devices in one ``ParallelLoader``: not supported (lazax drives several
   devices by sharding one batch: ``input_sharding``).
 """

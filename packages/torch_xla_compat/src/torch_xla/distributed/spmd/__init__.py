@@ -14,8 +14,8 @@ Contract:
   tensor is a plain tensor). ``clear_sharding(t)``: ``lx.clear_sharding``.
 - ``get_1d_mesh(axis_name=None)``: every global device on one axis.
 - ``set_global_mesh(mesh)`` / ``get_global_mesh()`` (None until set).
-- ``MarkShardingFunction``, ``mark_sharding_with_gradients``, ``XLAShardedTensor``:
-  ``xla_sharding``.
+- ``MarkShardingFunction``, ``mark_sharding_with_gradients``, ``ShardingSpec``,
+  ``XLAShardedTensor``: ``xla_sharding``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,17 @@ import numpy as np
 
 import lazax.modes as lx
 
-from .xla_sharding import MarkShardingFunction, XLAShardedTensor, mark_sharding_with_gradients
+from .xla_sharding import (
+    MarkShardingFunction,
+    ShardingSpec,
+    XLAShardedTensor,
+    mark_sharding_with_gradients,
+)
 
 __all__ = [
     "MarkShardingFunction",
     "Mesh",
+    "ShardingSpec",
     "XLAShardedTensor",
     "clear_sharding",
     "get_1d_mesh",

@@ -6,6 +6,9 @@ Contract:
   shards ``t`` (``lx.mark_sharding``) and shards its gradient the same way in backward;
   ``mark_sharding_with_gradients(t, mesh, partition_spec)`` is that, returning the
   sharded tensor.
+- ``ShardingSpec(mesh, partition_spec, minibatch=False)``: ``can_apply(t)`` (one spec
+  entry per dimension); called with a tensor, its ``lx.Sharding`` or None: what
+  ``pl.MpDeviceLoader``'s ``input_sharding`` takes.
 - ``XLAShardedTensor``: torch_xla wraps sharded tensors in it; lazax's sharded tensor is
   a plain tensor, so no tensor is one and making one raises ``NotImplementedError``.
 """
@@ -16,7 +19,36 @@ import torch
 
 import lazax.modes as lx
 
-__all__ = ["MarkShardingFunction", "XLAShardedTensor", "mark_sharding_with_gradients"]
+__all__ = [
+    "MarkShardingFunction",
+    "ShardingSpec",
+    "XLAShardedTensor",
+    "mark_sharding_with_gradients",
+]
+
+
+class ShardingSpec:
+    """torch_xla's ``ShardingSpec(mesh, partition_spec, minibatch=False)``: how to shard
+    each input tensor it ``can_apply`` to (one spec entry per dimension). Called with a
+    tensor it gives the ``lx.Sharding`` (None where it does not apply), which is what
+    ``pl.MpDeviceLoader(..., input_sharding=)`` takes. ``minibatch`` (each process loads
+    its part of the batch) changes nothing in one process, and is refused in several."""
+
+    def __init__(self, mesh, partition_spec, minibatch: bool = False) -> None:
+        if minibatch and lx.process_count() > 1:
+            raise NotImplementedError(
+                "ShardingSpec(minibatch=True) over several processes: give each process "
+                "its part with lx.DeviceLoader"
+            )
+        self.mesh = mesh
+        self.partition_spec = tuple(partition_spec)
+        self.minibatch = minibatch
+
+    def can_apply(self, t) -> bool:
+        return isinstance(t, torch.Tensor) and t.dim() == len(self.partition_spec)
+
+    def __call__(self, t):
+        return lx.Sharding(self.mesh, self.partition_spec) if self.can_apply(t) else None
 
 
 class MarkShardingFunction(torch.autograd.Function):
