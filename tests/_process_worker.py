@@ -170,17 +170,62 @@ def collectives() -> dict:
     mine = torch.zeros(3, device=dev)
     dist.reduce_scatter(mine, [t.to(dev), t.to(dev) * 10])
     out["reduce_scatter"] = mine.tolist()
+    # Collectives run inside the graph that reads them, which every process compiles
+    # alike: what differs between processes comes as data, not as Python numbers traced
+    # into the graph (a 1 or 0 is traced as a constant, another number as a parameter).
     mine = torch.zeros(2, device=dev)
-    dist.reduce_scatter_tensor(mine, torch.arange(4.0, device=dev) * (rank + 1))
+    dist.reduce_scatter_tensor(mine, (torch.arange(4.0) * (rank + 1)).to(dev))
     out["reduce_scatter_tensor"] = mine.tolist()
-    ints = torch.tensor([6, 3], dtype=torch.int64, device=dev) + rank
+    ints = torch.tensor([6 + rank, 3 + rank], dtype=torch.int64, device=dev)
     dist.all_reduce(ints, op=dist.ReduceOp.BAND)
     out["band"] = ints.tolist()
+    # ... and a graph that differs by process (``* 1`` is traced as a constant, ``* 2``
+    # as a parameter) runs cut at its collective, with the same result.
+    cuts = counter("CollectiveGraphCuts")
+    differs = torch.ones(2, device=dev) * (rank + 1)
+    dist.all_reduce(differs)
+    out["differs"] = (differs.tolist(), counter("CollectiveGraphCuts") - cuts)
     dist.barrier()
     try:
         dist.all_reduce(torch.ones(2), op=dist.ReduceOp.SUM)
     except ValueError as err:
         out["cpu_tensor"] = str(err)
+    return out
+
+
+def functional_collectives() -> dict:
+    """torch's functional collectives (what DTensor and FSDP2 call) traced into the
+    step's program, in lazy mode, lx.compile, eager mode and torch.compile."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    import lazax.dynamo  # noqa: F401  (registers the backend)
+
+    rank, dev = dist.get_rank(), lx.device()
+    group = dist.group.WORLD
+
+    def step(x):
+        total = funcol.all_reduce(x * 2, "sum", group)
+        gathered = funcol.all_gather_tensor(x + 1, 0, group)
+        mine = funcol.reduce_scatter_tensor(gathered, "max", 0, group)
+        return total.sum() + mine.sum()
+
+    x = (torch.arange(4.0) + 10 * rank).to(dev)
+    out: dict = {}
+    runs = {
+        "lazy": step,
+        "compile": lx.compile(step, name="funcol_step"),
+        "dynamo": torch.compile(step, backend="lazax", fullgraph=True),
+    }
+    for mode, fn in runs.items():
+        values, programs = [], []
+        for _ in range(3):
+            ran = (lx.metrics.metric_data("ExecuteTime") or (0,))[0]
+            values.append(fn(x).item())
+            programs.append(lx.metrics.metric_data("ExecuteTime")[0] - ran)
+        out[f"funcol_{mode}"] = (values, programs)
+    with lx.eager_mode_context(True):
+        out["funcol_eager"] = step(x).item()
     return out
 
 
@@ -191,17 +236,21 @@ def ddp() -> dict:
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     reference = copy.deepcopy(model)
     data = [torch.randn(3, 4, generator=torch.Generator().manual_seed(k)) for k in range(2)]
-    net = torch.nn.parallel.DistributedDataParallel(model.to(lx.device()))
+    # Buckets of at most ~100 bytes: several all-reduces per step (torch keeps its
+    # first bucket larger).
+    net = torch.nn.parallel.DistributedDataParallel(model.to(lx.device()), bucket_cap_mb=1e-4)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    compiles = []
+    compiles, programs = [], []
     for _ in range(6):
         before = counter("UncachedCompile")
+        ran = (lx.metrics.metric_data("ExecuteTime") or (0,))[0]
         opt.zero_grad()
         net(data[rank].to(lx.device())).square().sum().backward()
         opt.step()
         lx.sync()
         compiles.append(counter("UncachedCompile") - before)
+        programs.append(lx.metrics.metric_data("ExecuteTime")[0] - ran)
         # What DDP computes: the mean over processes of each one's gradient.
         ref_opt.zero_grad()
         (sum(reference(d).square().sum() for d in data) / 2).backward()
@@ -209,7 +258,8 @@ def ddp() -> dict:
     error = max(
         (a.cpu() - b).abs().max().item() for a, b in zip(model.parameters(), reference.parameters())
     )
-    return {"ddp_error": error, "ddp_compiles": compiles}
+    buckets = len(net.reducer._get_zeros_like_grad_buckets())
+    return {"ddp_error": error, "ddp_compiles": compiles, "ddp_programs": programs, "ddp_buckets": buckets}
 
 
 def dynamo() -> dict:
@@ -284,6 +334,7 @@ def main() -> None:
         result.update(device_loader(rank, mesh))
     elif scenario == "collectives":
         result.update(collectives())
+        result.update(functional_collectives())
         result.update(ddp())
         result.update(dynamo())
     elif scenario == "exit_beating":

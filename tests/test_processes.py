@@ -292,10 +292,23 @@ def test_torch_distributed_collectives_and_ddp_on_lazax_tensors():
         assert result["reduce_scatter_tensor"] == ([0.0, 3.0], [6.0, 9.0])[rank]
         assert result["band"] == [6 & 7, 3 & 4]
         assert "takes lazax tensors, but got a cpu tensor" in result["cpu_tensor"]
+        assert result["differs"] == [[3.0, 3.0], 1]
         # DDP: the mean of the processes' gradients, as torch on the CPU computes it;
         # a steady step compiles nothing.
         assert result["ddp_error"] < 1e-6
         assert result["ddp_compiles"][3:] == [0, 0, 0]
+        # Functional collectives: x_k = arange(4) + 10 k; all_reduce(2x) summed is
+        # 2 * (6 + 46) = 104; process k's row block of max(x_0 + 1, x_1 + 1) stacked
+        # (8 rows) is rows 4k..4k+3 of [x_0 + 1, x_1 + 1] (no overlap): 10 and 50.
+        expected = 104.0 + (10.0, 50.0)[rank]
+        for mode in ("lazy", "compile", "dynamo"):
+            values, programs = result[f"funcol_{mode}"]
+            assert values == [expected] * 3, (mode, values)
+            assert programs == [1, 1, 1], (mode, programs)  # one program, collectives in it
+        assert result["funcol_eager"] == expected
+        # Every bucket's all-reduce runs inside the step's one program.
+        assert result["ddp_buckets"] >= 2, result["ddp_buckets"]
+        assert result["ddp_programs"][3:] == [1, 1, 1]
     # dynamo: the same losses in both processes, torch's on the CPU over the whole batch.
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))

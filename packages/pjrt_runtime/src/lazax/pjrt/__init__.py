@@ -12,6 +12,7 @@ import warnings
 
 from ._interface import Runtime
 from ._null import NullProgram, NullRuntime
+from ._per_process import PROCESS_AXIS, processes_mesh
 from ._platform import PLATFORMS, PlatformUnavailableError, platform_from_env
 from ._processes import (
     ProcessLostError,
@@ -37,6 +38,7 @@ from ._watchdog import WATCHDOG, Watchdog
 
 __all__ = [
     "PLATFORMS",
+    "PROCESS_AXIS",
     "STAGES",
     "DeviceOutOfMemory",
     "Executable",
@@ -59,6 +61,7 @@ __all__ = [
     "local_part",
     "numpy_dtype",
     "platform_from_env",
+    "processes_mesh",
     "runtime",
     "runtime_started",
     "set_runtime",

@@ -20,12 +20,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ._per_process import PROCESS_AXIS as _AXIS
+from ._per_process import processes_mesh as _mesh
 
 __all__ = ["REDUCE_OPS", "all_gather", "all_reduce", "broadcast", "reduce_scatter"]
-
-_AXIS = "processes"
 
 
 def _combine(op: str, stacked, count: int):
@@ -47,14 +47,6 @@ def _combine(op: str, stacked, count: int):
 
 
 REDUCE_OPS = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor")
-
-
-@functools.cache
-def _mesh() -> Mesh:
-    first: dict[int, object] = {}
-    for device in jax.devices():
-        first.setdefault(device.process_index, device)
-    return Mesh(np.array([first[k] for k in range(jax.process_count())]), (_AXIS,))
 
 
 def _stacked(buffer: jax.Array) -> jax.Array:

@@ -70,6 +70,7 @@ class Executable:
         "footprints",
         "name",
         "source",
+        "mesh",
     )
 
     def __init__(
@@ -101,6 +102,9 @@ class Executable:
         self.name: str | None = None
         # The StableHLO jax lowered, when ``compile(keep_source=True)`` (graph dumps).
         self.source: str | None = None
+        # A program every process runs on its own values (``_per_process``): the mesh of
+        # one device per process its arguments and results are wrapped over; else None.
+        self.mesh = None
 
     @property
     def need_bytes(self) -> int:

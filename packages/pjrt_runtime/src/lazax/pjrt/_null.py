@@ -53,14 +53,22 @@ class NullRuntime(PjrtRuntime):
         self.executions = 0
 
     def _compile(
-        self, fn: Callable, arg_specs, device, arg_shardings, donate, name, keep_source=False
+        self,
+        fn: Callable,
+        arg_specs,
+        device,
+        arg_shardings,
+        donate,
+        name,
+        keep_source=False,
+        mesh=None,
     ) -> Executable:
         self._check_fault("compile")
         avals = [jax.ShapeDtypeStruct(shape, numpy_dtype(dtype)) for shape, dtype in arg_specs]
         outs = jax.eval_shape(fn, *avals)
         out_specs = tuple((tuple(o.shape), np.dtype(o.dtype)) for o in outs)
         shardings = None
-        if arg_shardings is not None:
+        if arg_shardings is not None and mesh is None:
             mesh_sharding = next((s for s in arg_shardings if hasattr(s, "mesh")), None)
             if mesh_sharding is not None:  # outputs replicated over the mesh
                 shardings = (self.named_sharding(mesh_sharding.mesh, ()),) * len(out_specs)

@@ -19,6 +19,10 @@ Contract (the narrow interface; a second implementation must stay possible):
   the program may write its outputs over (jax's ``donate_argnums``); the caller
   guarantees nothing reads them afterwards. Nothing runs. The executable's
   ``annotations`` attribute is the caller's to keep anything with the program.
+  ``per_process=True``: a program every process of the job runs on its own values (its
+  collectives reduce over ``PROCESS_AXIS``, ``_per_process``), on ``device``'s place
+  among each process's devices; it takes and returns this process's buffers as any
+  program does, and every process must run it at the same point.
 - ``mesh(device_ids, shape, axis_names)`` (ids index ``global_devices``),
   ``named_sharding(mesh, spec)``, ``place(buffer, sharding)`` (a device buffer re-laid
   out, asynchronously; onto a sharding that spans processes, each process builds its
@@ -68,6 +72,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 
 from ._executable import DeviceOutOfMemory, Executable, is_out_of_memory, numpy_dtype
 from ._memory import MemoryTracker
+from ._per_process import per_process as per_process_program
+from ._per_process import processes_mesh, replicated, to_global, to_local
 from ._platform import jax_devices, platform_from_env
 from ._processes import (
     JobMethods,
@@ -284,13 +290,28 @@ class PjrtRuntime(JobMethods):
         donate: tuple[int, ...] = (),
         name: str | None = None,
         keep_source: bool = False,
+        per_process: bool = False,
     ) -> Executable:
-        executable = self._compile(fn, arg_specs, device, arg_shardings, donate, name, keep_source)
+        mesh = None
+        if per_process:
+            if arg_shardings is not None:
+                raise ValueError(
+                    "a program with collectives between the job's processes takes each "
+                    "process's own values; its inputs cannot also be laid out over a mesh"
+                )
+            target = device or self.default_device
+            mesh = processes_mesh(self.devices.index(target))
+            fn = per_process_program(fn, mesh)
+            arg_shardings = [replicated(mesh)] * len(arg_specs)
+        executable = self._compile(
+            fn, arg_specs, device, arg_shardings, donate, name, keep_source, mesh
+        )
         executable.name = name
+        executable.mesh = mesh
         return executable
 
     def _compile(
-        self, fn, arg_specs, device, arg_shardings, donate, name, keep_source=False
+        self, fn, arg_specs, device, arg_shardings, donate, name, keep_source=False, mesh=None
     ) -> Executable:
         self._check_fault("compile")
         if name:
@@ -307,6 +328,8 @@ class PjrtRuntime(JobMethods):
             arg_shardings = [self._shardings[device or self.default_device]] * len(arg_specs)
             if device is not None:  # a program with no inputs would run on the default
                 jit_options["out_shardings"] = self._shardings[device]
+        elif mesh is not None:
+            jit_options["out_shardings"] = replicated(mesh)
         avals = [
             jax.ShapeDtypeStruct(shape, numpy_dtype(dtype), sharding=sharding)
             for (shape, dtype), sharding in zip(arg_specs, arg_shardings)
@@ -351,7 +374,12 @@ class PjrtRuntime(JobMethods):
             WATCHDOG.program = executable.name
             # Dispatch can block (a CPU program that runs inline, a full queue).
             with WATCHDOG.waiting("a program's dispatch"):
-                outputs = tuple(executable.compiled(*args))
+                if executable.mesh is None:
+                    outputs = tuple(executable.compiled(*args))
+                else:
+                    mesh = executable.mesh
+                    wrapped = [to_global(a, mesh) for a in args]
+                    outputs = tuple(to_local(o) for o in executable.compiled(*wrapped))
         except BaseException as err:
             if executable.donate:  # not consumed: a synchronous failure donates nothing
                 memory.track([args[i] for i in executable.donate if not args[i].is_deleted()])

@@ -10,9 +10,11 @@ Contract:
 - ``describe(graph)``: one line per node, operands first (op, output specs, and the
   user's line for ops that keep it), to name the first node where two processes
   differ.
-- ``agree(runtime, key, lines, graph_name)``: before a process compiles a
+- ``agree(runtime, key, lines, graph_name, site, error)``: before a process compiles a
   cross-process program, it tells the others its cache key and description, and learns
-  theirs (the k-th such compile of every process meets the k-th of the others).
+  theirs (the k-th such compile of every process meets the k-th of the others). ``error``:
+  the ``GraphsDifferError`` class raised (``CollectiveGraphsDiffer`` for a graph with
+  collectives, which the barrier then runs cut at them: ``collective_cut``).
   Returns when all keys are equal; else raises ``GraphsDifferError`` (a RuntimeError)
   naming the first differing node and the processes, in every process, before
   anything is compiled or run; ``TimeoutError`` (with what to look for) when a process
@@ -31,11 +33,16 @@ from lazax import ir, pjrt
 
 from ..config import settings
 
-__all__ = ["GraphsDifferError", "agree", "describe", "timeout_s"]
+__all__ = ["CollectiveGraphsDiffer", "GraphsDifferError", "agree", "describe", "timeout_s"]
 
 
 class GraphsDifferError(RuntimeError):
     """The processes of a job traced different programs for the same step."""
+
+
+class CollectiveGraphsDiffer(GraphsDifferError):
+    """Graphs with collectives between the processes differ: every process learns it
+    at the same meeting, and runs its graph cut at the collectives instead."""
 
 
 _MET = {"count": 0}
@@ -63,7 +70,8 @@ def agree(
     lines: Callable[[], list[str]] | list[str] | None,
     graph_name: str | None = None,
     site: str = "",
-):
+    error: type[GraphsDifferError] = GraphsDifferError,
+) -> None:
     _MET["count"] += 1
     k = _MET["count"]
     me = runtime.process_index
@@ -86,7 +94,7 @@ def agree(
         theirs = data.decode().split("\n")
         if theirs[0] == mine[0]:
             continue
-        raise GraphsDifferError(_difference(me, mine, other, theirs, what, k))
+        raise error(_difference(me, mine, other, theirs, what, k))
 
 
 def _difference(me: int, mine: list, other: int, theirs: list, what: str, k: int) -> str:
@@ -97,7 +105,11 @@ def _difference(me: int, mine: list, other: int, theirs: list, what: str, k: int
     here = mine[at] if at < len(mine) else "(the graph ends here)"
     there = theirs[at] if at < len(theirs) else "(the graph ends here)"
     if here == there:  # the same nodes: the inputs' layouts or the outputs taken differ
-        where = "their nodes are the same; the inputs' shardings, or the outputs taken, differ"
+        where = (
+            "their ops are the same, but an op's arguments (an index, a size, a Python "
+            "number traced as a constant: 0 and 1 are), the inputs' shardings or the "
+            "outputs taken differ"
+        )
     else:
         where = (
             f"node {at} (operands first) is\n  {here}\nin process {me}, but\n  {there}\n"

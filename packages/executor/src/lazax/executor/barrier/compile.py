@@ -11,7 +11,11 @@ Contract of ``CompileStage``:
   (``arguments``). A program over several processes' devices is compiled only once every
   process agrees on it (``agreement``). ``name`` is the program's name in XLA's dumps
   and profiles; it is not part of the key (a graph compiled under one name and met
-  under another keeps its first name). Running the executable is the execute stage's.
+  under another keeps its first name). A graph with collectives between the processes
+  (``lower``'s ``fn.per_process``) compiles as a program each process runs on its own
+  values, once every process agrees on it too; if they differ, ``cut_if_differ``
+  raises ``CollectiveGraphsDiffer`` (the barrier runs the graph cut at its collectives),
+  else ``GraphsDifferError``. Running the executable is the execute stage's.
   Given the graph's ``GraphFacts``, every compile is told to the recompile log (a
   compile after the first of a name has a report), counted by name
   (``metrics.compiles_by_name``), and dumped while ``dumps.directory`` is set
@@ -34,7 +38,7 @@ from lazax import ir, pjrt
 from .. import metrics
 from ..config import settings
 from ..profiling import span
-from .agreement import agree
+from .agreement import CollectiveGraphsDiffer, GraphsDifferError, agree
 from .dump import GraphDumps
 from .keys import GraphFacts, KeyParts, RecompileLog
 from .map_guard import MapGuard
@@ -150,6 +154,7 @@ class CompileStage:
         name=None,
         keep_source=False,
         device=None,
+        per_process=False,
     ):
         """``runtime.compile``, with the persistent tier's outcome counted:
         ``PersistentCacheHit`` / ``PersistentCacheMiss``, and each unreadable entry
@@ -162,6 +167,7 @@ class CompileStage:
             donate=donate,
             name=name,
             keep_source=keep_source,
+            per_process=per_process,
         )
         if entry.persistent == "hit":
             metrics.bump("PersistentCacheHit")
@@ -187,6 +193,7 @@ class CompileStage:
         shardings=None,
         report_as: str | None = None,
         device=None,
+        cut_if_differ: bool = False,
     ):
         """Lower, compile and keep under ``key`` (see the module's contract). ``lines``:
         the graph's description (or a callable giving it) that a job's processes
@@ -195,9 +202,10 @@ class CompileStage:
         compile is told to the recompile log under ``report_as`` (default: ``name``),
         with ``shardings`` (the key's form) and ``donate``. ``device``: the one device an
         unsharded program runs on (None: the default one)."""
-        if arg_shardings is not None and self.runtime.process_count > 1:
+        runtime = self.runtime
+        if arg_shardings is not None and runtime.process_count > 1:
             if any(pjrt.spans_processes(s) for s in arg_shardings):
-                agree(self.runtime, key, lines, *site)
+                agree(runtime, key, lines, *site)
         named_key = why = None
         if facts is not None:
             named_key = self.keys.cache_key(facts, shardings, donate)
@@ -211,6 +219,18 @@ class CompileStage:
         with span("compile", name), metrics.timed(timer):
             fn, arg_specs = lower_fn()
             packing = fn.packing  # parameter positions -> argument positions
+            per_process = fn.per_process  # collectives between the processes inside
+            if per_process:
+                if arg_shardings is not None:
+                    raise ValueError(
+                        "lazax: a graph with collectives between the job's processes "
+                        "(torch.distributed's, on each process's own tensors) also reads "
+                        "tensors laid out over a mesh (mark_sharding); collectives take "
+                        "each process's own tensor, on lx.device()"
+                    )
+                if runtime.process_count > 1:
+                    differ = CollectiveGraphsDiffer if cut_if_differ else GraphsDifferError
+                    agree(runtime, key, lines, *site, error=differ)
             if arg_shardings is not None:
                 arg_shardings = packing.shardings(arg_shardings)
             entry = self.compile_executable(
@@ -221,6 +241,7 @@ class CompileStage:
                 name,
                 keep_source=dumps.directory is not None,
                 device=device,
+                per_process=per_process,
             )
         seconds = perf_counter() - start
         metrics.record_compile(name or "unnamed", seconds)

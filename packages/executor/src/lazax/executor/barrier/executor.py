@@ -43,8 +43,9 @@ from ..config import settings
 from ..profiling import span
 from ..state.storage import COMMIT_LOCK, DEVICES_IN_USE, PENDING, by_device, is_storage
 from ..state.values import ir_value
-from .agreement import describe
+from .agreement import CollectiveGraphsDiffer, describe
 from .checks import CHECKS
+from .collective_cut import PENDING_COLLECTIVES, run_cut
 from .compile import CompileStage
 from .debug import unexpected_execution, user_location, user_site
 from .donation import DonationPolicy
@@ -76,6 +77,8 @@ class GraphExecutor:
         # Loops over a ModuleList of identical layers run as one XLA loop
         # (``loops.auto``): lx.compile(scan_layers=True), or LAZAX_SCAN_LAYERS=1.
         self.scan_layers = config.scan_layers
+        # While a graph runs cut at its collectives (``collective_cut``).
+        self._cutting = False
         self.allow_execution = True
         self.graph_name: str | None = None
         # Called with (graph_name, graph) before each graph runs (tests, tools).
@@ -305,7 +308,9 @@ class GraphExecutor:
             eager = self.eager
             runtime = compiler.runtime
             placed = placement(graph, runtime)  # None unless something was ever sharded
-            donate = self.donation.choose(graph, roots, targets, bump) if targets else ()
+            donate = ()
+            if targets and not PENDING_COLLECTIVES:  # (see PENDING_COLLECTIVES)
+                donate = self.donation.choose(graph, roots, targets, bump)
             shardings = placed[0] if placed is not None else None
             key = compiler.keys.memory_key(graph.hash, shardings, donate)
             entry = compiler.lookup(key)
@@ -314,21 +319,28 @@ class GraphExecutor:
                 self.check_execution_allowed("a compile", graph)
                 name = self.program_name(roots, eager)
                 site, frame = self.compile_site()
-                entry = compiler.compile(
-                    key,
-                    lambda: lower(graph),
-                    timer="EagerOpCompileTime" if eager else "CompileTime",
-                    arg_shardings=placed[1] if placed is not None else None,
-                    donate=donate,
-                    lines=lambda: describe(graph),
-                    name=name,
-                    site=(self.graph_name, frame),
-                    facts=GraphFacts(graph, text=compiler.dumps.directory is not None),
-                    shardings=shardings,
-                    # An eager op's shapes are its site; a lazy graph's, where it synced.
-                    report_as=name if eager and not self.graph_name else site,
-                    device=runtime.devices[device_index] if device_index else None,
-                )
+                try:
+                    entry = compiler.compile(
+                        key,
+                        lambda: lower(graph),
+                        timer="EagerOpCompileTime" if eager else "CompileTime",
+                        arg_shardings=placed[1] if placed is not None else None,
+                        donate=donate,
+                        lines=lambda: describe(graph),
+                        name=name,
+                        site=(self.graph_name, frame),
+                        facts=GraphFacts(graph, text=compiler.dumps.directory is not None),
+                        shardings=shardings,
+                        # An eager op's shapes are its site; a lazy graph's, where it synced.
+                        report_as=name if eager and not self.graph_name else site,
+                        device=runtime.devices[device_index] if device_index else None,
+                        cut_if_differ=not self._cutting,
+                    )
+                except CollectiveGraphsDiffer:
+                    # Every process learnt it at the same meeting: each runs its own
+                    # graph cut at the collectives, which it issued in the same order.
+                    metrics.bump("CollectiveGraphCuts")
+                    return self._run_cut(roots, device_index)
             else:
                 metrics.bump("CachedCompile")
                 self.check_execution_allowed("an execution", graph)
@@ -361,6 +373,17 @@ class GraphExecutor:
                     CHECKS.queue(outputs[-1], checks, sites, name, "reverted", undo)
             return results
 
+    def _run_cut(self, roots, device_index: int) -> list[ir.Value]:
+        self._cutting = True
+        try:
+            return run_cut(
+                lambda values: self.run_graph(values, device_index=device_index),
+                roots,
+                _issue_order,
+            )
+        finally:
+            self._cutting = False
+
     def _describe_for_oom(self) -> str:
         what = f"graph {self.graph_name}" if self.graph_name else "a graph"
         return f"{what} (synced at {self.compile_site()[1]})"
@@ -373,6 +396,11 @@ class GraphExecutor:
         if self.allow_execution:
             return
         raise unexpected_execution(what, self.graph_name, graph)
+
+
+def _issue_order(node: ir.Node) -> int:
+    """A collective node's place in the order the process issued them (its tag)."""
+    return node.data if type(node.data) is int else -1
 
 
 def _per_device(targets: list, roots: list) -> list[tuple[int, list]]:

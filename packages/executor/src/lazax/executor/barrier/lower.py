@@ -14,6 +14,9 @@ standing for operand ``k``. Every output is cast to the dtype in the node's spec
 Random rules get ``ctx.key`` from the node's last operand (an int64 seed parameter).
 ``ctx.unread`` tells a multi-output rule which of its outputs nothing in this graph
 reads (the graph's hash covers which outputs are read, so the program may differ).
+``fn.per_process`` is True when a node's rule is a collective between the job's
+processes (``Lowering.collective``): the program must be compiled as one every process
+runs on its own values.
 
 Device-side checks (``barrier.checks``): when ``CHECKS.enabled`` at the time jax traces ``fn``
 (the compile), the ``ctx.check`` calls of checked rules add one last output, an int64
@@ -142,6 +145,7 @@ def lower(graph: ir.Graph):
         next_slot += 1
     roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
     packing = Packing(graph.parameters)
+    per_process = any(instr[0].collective for instr, *_ in program)
 
     def fn(*args):
         env: list = [(p,) for p in packing.unpack(args)] + [None] * len(program)
@@ -159,6 +163,7 @@ def lower(graph: ir.Graph):
 
     fn.checks = []
     fn.packing = packing
+    fn.per_process = per_process
     return fn, packing.arg_specs
 
 

@@ -1,8 +1,7 @@
 """torch.distributed's "lazax" backend: collectives on lazax tensors across processes.
 
-``dist.init_process_group("lazax")`` (under torchrun; ``"cpu:gloo,lazax:lazax"`` to keep
-gloo for CPU tensors) gives a process group whose ``all_reduce``, ``all_gather``,
-``all_gather_into_tensor``, ``broadcast``, ``scatter`` (the source's inputs broadcast),
+``dist.init_process_group("lazax")`` (under torchrun) gives a process group whose
+``all_reduce``, ``all_gather``, ``all_gather_into_tensor``, ``broadcast``, ``scatter``,
 ``reduce_scatter``, ``reduce_scatter_tensor`` and ``barrier`` take the lazax tensors
 each process holds on its own device, as torch's CUDA backends take cuda tensors. The
 group keeps the name torch gives it (``group_name``: DeviceMesh and the functional
@@ -13,14 +12,21 @@ Contract:
   backend's creator calls itself, before anything used a device, when it has not);
   ranks are jax's process indices, and the group is the whole job (``new_group`` of a
   subset raises ``NotImplementedError``).
-- Each call runs the tensors' pending work first, then one XLA program over one device
-  per process (``lazax.pjrt``'s collectives), not fused into the caller's graph; the
-  result lands in the output tensors as a pending copy (in place, as torch's: views,
-  such as DDP's bucket views, see it). The returned ``Work`` is complete:
-  ``wait()`` waits for the results on the device.
+- Each call is traced, as any op: the result is torch's functional collective
+  (``torch.ops._c10d_functional``) of the inputs, written into the output tensors in
+  place (views, such as DDP's bucket views, see it), and it runs inside the program of
+  the graph that reads it (``ops.collectives``), so a DDP or FSDP2 step with all its
+  buckets is one program. In eager mode it runs at once, as every op does. The
+  returned ``Work`` is complete: ``wait()`` returns at once (the results are the
+  graph's values, which anything that reads them waits for), as a CUDA stream orders
+  work after the collective without the host waiting.
+- Every process must sync the graphs holding collectives in step (the same graph at
+  the same point): a value read in one process only (``loss.item()`` under
+  ``if rank == 0`` before the step's sync) makes that process's graph differ, and every
+  process raises ``GraphsDifferError`` naming the first difference before anything runs.
 - Reduce ops: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR; others raise
   ``ValueError`` naming them. A tensor laid out over a mesh that spans processes is one
-  global value already, and is refused (``ValueError``).
+  global value already, and is refused (``ValueError``); so is a CPU tensor.
 """
 
 from __future__ import annotations
@@ -28,15 +34,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from lazax import ir, pjrt
+from lazax import pjrt
 
 from ..barrier.executor import EXECUTOR
-from ..state.layout import Layout
 from ..state.values import ir_value
-from ..tensor.lazy import LazyTensor, new_tensor
+from ..tensor.lazy import LazyTensor
 from .fsdp import install as _install_fsdp
 
-__all__ = ["LazaxProcessGroup", "collective_into"]
+__all__ = ["LazaxProcessGroup"]
 
 _OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -49,17 +54,17 @@ _OPS = {
     dist.ReduceOp.BXOR: "bxor",
 }
 
+_c10d = torch.ops._c10d_functional
+
 
 class _Done(dist.Work):
-    """A collective that was dispatched: its results are pending on the device."""
+    """A traced collective: its results are the values of the graph that computes them."""
 
     def __init__(self, outputs: list) -> None:
         super().__init__()
         self._outputs = outputs
 
     def wait(self, timeout=None) -> bool:
-        if self._outputs:
-            EXECUTOR.sync_tensors_graph(self._outputs, wait=True)
         return True
 
     def is_completed(self) -> bool:
@@ -71,46 +76,32 @@ class _Done(dist.Work):
         return future
 
 
-def _buffer(t: torch.Tensor, what: str):
-    """``t``'s value on the device, its pending work run first."""
+def _own(t: torch.Tensor, what: str) -> torch.Tensor:
+    """``t``, checked to be this process's own lazax tensor."""
     if type(t) is not LazyTensor:
         raise ValueError(
             f"the lazax backend's {what} takes lazax tensors, but got a {t.device} tensor; "
-            f"use init_process_group('cpu:gloo,lazax:lazax') for CPU tensors too"
+            f"for CPU tensors, use a gloo group too (dist.new_group(backend='gloo'))"
         )
-    EXECUTOR.sync_tensors_graph([t], wait=False)
-    buffer = ir_value(t).node.data
-    if pjrt.spans_processes(getattr(buffer, "sharding", None)):
+    if t.device.index:
+        raise NotImplementedError(
+            f"the lazax backend's {what} takes tensors on each process's lx.device() "
+            f"(lazax:0); got one on {t.device}"
+        )
+    # A pending value's layout is checked where its graph compiles (``barrier.compile``).
+    if pjrt.spans_processes(getattr(ir_value(t).node.data, "sharding", None)):
         raise ValueError(
             f"{what}: this tensor is laid out over a mesh that spans processes, so it is "
             f"one value of the whole job already; collectives take each process's own "
             f"tensor (one on lx.device())"
         )
-    return buffer
+    return t
 
 
-def _write(out: torch.Tensor, buffer) -> None:
-    """``out`` (any lazax tensor, a view too) takes ``buffer``'s value, in place."""
-    runtime = EXECUTOR.runtime
-    index = out.device.index or 0
-    if index != 0:
-        buffer = runtime.place(buffer, runtime.single_device(runtime.devices[index]))
-    spec = ir.TensorSpec(tuple(buffer.shape), str(buffer.dtype))
-    value = new_tensor(ir.device_data(spec, buffer), Layout(tuple(buffer.shape), out.dtype), index)
+def _write(out: torch.Tensor, value: torch.Tensor) -> None:
+    """``out`` (any lazax tensor, a view too) takes ``value``, in place."""
     with torch.no_grad():
         out.copy_(value.reshape(out.shape))
-
-
-def collective_into(out: torch.Tensor, kind: str, t: torch.Tensor, op: str = "sum") -> None:
-    """``out`` takes this process's result of the collective ``kind`` (all_reduce,
-    all_gather, reduce_scatter) of ``t`` over the job, in place; ``op`` names the
-    reduction, as ``ReduceOp``'s lower-case names."""
-    if op not in _OPS.values():
-        raise ValueError(f"the lazax backend's {kind} does not support the reduction {op!r}")
-    if kind == "reduce_scatter":
-        t = t.reshape(-1, *out.shape)
-    buffer = EXECUTOR.runtime.collective(kind, _buffer(t.contiguous(), kind), op)
-    _write(out, buffer.reshape(out.shape))
 
 
 def _op(opts, what: str) -> str:
@@ -153,60 +144,72 @@ class LazaxProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802  (torch's name)
         return "lazax"
 
+    @property
+    def _tag(self) -> str:
+        return self._name or "lazax"
+
     def allreduce(self, tensors, opts=None):
-        opts = opts or dist.AllreduceOptions()
-        op = _op(opts, "all_reduce")
-        runtime = EXECUTOR.runtime
+        op = _op(opts or dist.AllreduceOptions(), "all_reduce")
         for t in tensors:
-            _write(t, runtime.collective("all_reduce", _buffer(t, "all_reduce"), op))
+            _write(t, _c10d.all_reduce(_own(t, "all_reduce"), op, self._tag))
         return _Done(list(tensors))
 
+    def _gathered(self, t: torch.Tensor) -> torch.Tensor:
+        """Every process's ``t`` stacked in rank order: ``(size, *t.shape)``."""
+        row = _own(t, "all_gather").reshape(1, *t.shape)
+        return _c10d.all_gather_into_tensor(row, self.size(), self._tag)
+
     def allgather(self, output_tensors, input_tensors, opts=None):
-        runtime = EXECUTOR.runtime
         for outputs, t in zip(output_tensors, input_tensors):
-            stacked = runtime.collective("all_gather", _buffer(t, "all_gather"))
+            stacked = self._gathered(t)
             for k, out in enumerate(outputs):
                 _write(out, stacked[k])
         return _Done([o for outputs in output_tensors for o in outputs])
 
     def all_gather_single(self, output, input, opts=None):
-        stacked = EXECUTOR.runtime.collective("all_gather", _buffer(input, "all_gather"))
-        _write(output, stacked.reshape(output.shape))
+        _write(output, self._gathered(input))
         return _Done([output])
 
     def broadcast(self, tensors, opts=None):
         source = (opts or dist.BroadcastOptions()).rootRank
-        runtime = EXECUTOR.runtime
         for t in tensors:
-            _write(t, runtime.collective("broadcast", _buffer(t, "broadcast"), source=source))
+            _write(t, _c10d.broadcast(_own(t, "broadcast"), source, self._tag))
         return _Done(list(tensors))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         # The source's stacked inputs, broadcast; each process keeps its own row.
         source = (opts or dist.ScatterOptions()).rootRank
+        # The others have no inputs: each side's rows are device data, so that the
+        # collective's graph is the same in every process.
         (out,) = output_tensors
         if self.rank() == source:
             rows = torch.stack(list(input_tensors[0]))
+            EXECUTOR.sync_tensors_graph([rows])
         else:
-            rows = torch.zeros((self.size(), *out.shape), dtype=out.dtype, device=out.device)
-        stacked = EXECUTOR.runtime.collective("broadcast", _buffer(rows, "scatter"), source=source)
-        _write(out, stacked[self.rank()])
+            rows = torch.zeros((self.size(), *out.shape), dtype=out.dtype).to(out.device)
+        # Row j of the exchange is process j's row for this process; the source's is
+        # the same row in every process (indexing by rank would differ by process).
+        even = [out.shape[0] if out.dim() else 1] * self.size()
+        rows = _own(rows, "scatter").reshape(self.size() * even[0], *out.shape[1:])
+        exchanged = _c10d.all_to_all_single(rows, even, even, self._tag)
+        exchanged = exchanged.reshape(self.size(), *out.shape)
+        _write(out, exchanged[source])
         return _Done([out])
 
+    def _scattered(self, rows: torch.Tensor, opts, shape) -> torch.Tensor:
+        """This process's row of the reduction of every process's ``rows``
+        (``(size, *shape)``), as ``shape``."""
+        op = _op(opts or dist.ReduceScatterOptions(), "reduce_scatter")
+        rows = _own(rows, "reduce_scatter").reshape(self.size(), *shape)
+        return _c10d.reduce_scatter_tensor(rows, op, self.size(), self._tag)
+
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        opts = opts or dist.ReduceScatterOptions()
-        op = _op(opts, "reduce_scatter")
         for out, inputs in zip(output_tensors, input_tensors):
-            rows = _buffer(torch.stack(list(inputs)), "reduce_scatter")
-            _write(out, EXECUTOR.runtime.collective("reduce_scatter", rows, op))
+            _write(out, self._scattered(torch.stack(list(inputs)), opts, out.shape))
         return _Done(list(output_tensors))
 
     def reduce_scatter_single(self, output, input, opts=None):
-        opts = opts or dist.ReduceScatterOptions()
-        op = _op(opts, "reduce_scatter")
-        rows = input.reshape(self.size(), *output.shape)
-        buffer = _buffer(rows.contiguous(), "reduce_scatter")
-        _write(output, EXECUTOR.runtime.collective("reduce_scatter", buffer, op))
+        _write(output, self._scattered(input, opts, output.shape))
         return _Done([output])
 
     def allreduce_coalesced(self, tensors, opts=None):

@@ -19,6 +19,9 @@ Contract:
   nothing. The tensor layer records where such ops were traced (``checked_ops``).
 - In-place (``add_``) and functional (``add``) overloads share one rule: register the
   functional one; the tensor layer writes the result back for the in-place form.
+- ``collective=True`` marks a rule that communicates between the job's processes
+  (``jax.lax.psum`` over ``lazax.pjrt.PROCESS_AXIS``, ...): a graph holding one is
+  compiled as a program every process runs on its own values (``barrier.lower`` says so).
 - ``copies=True`` marks a rule for an op whose schema says it aliases its input but
   which lazax computes as a new tensor: ``_conj``, a view with torch's conjugate bit,
   which lazax tensors do not carry (the tensor layer then treats it as functional).
@@ -55,6 +58,7 @@ class Lowering:
     where: str
     checked: bool = False
     copies: bool = False
+    collective: bool = False
 
 
 @dataclass
@@ -100,7 +104,13 @@ def op_name(op: Any) -> str:
     return op if isinstance(op, str) else op.name()
 
 
-def lowering(*ops: Any, random: bool = False, checked: bool = False, copies: bool = False):
+def lowering(
+    *ops: Any,
+    random: bool = False,
+    checked: bool = False,
+    copies: bool = False,
+    collective: bool = False,
+):
     """Register the decorated function as the jax lowering of ``ops``."""
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -113,7 +123,7 @@ def lowering(*ops: Any, random: bool = False, checked: bool = False, copies: boo
                     f"({_LOWERINGS[name].where}); {where} registers it again. "
                     f"Remove one of them."
                 )
-            _LOWERINGS[name] = Lowering(fn, random, where, checked, copies)
+            _LOWERINGS[name] = Lowering(fn, random, where, checked, copies, collective)
             if checked:
                 _CHECKED.add(name)
         return fn
