@@ -166,3 +166,8 @@ def test_sharding_spec_shards_the_loader_tensors_it_applies_to():
     assert xlac._get_xla_sharding_spec(x) == f"{{devices=[{n},1]{ids}}}"
     assert xlac._get_xla_sharding_spec(y) == ""  # one dimension: the spec does not apply
     torch.testing.assert_close(x.cpu(), torch.ones(n, 3))
+
+
+def test_mesh_device_ids_list_as_torch_xlas_array():
+    mesh = xs.Mesh(np.arange(lx.global_device_count()), (1, lx.global_device_count()))
+    assert mesh.device_ids.tolist() == list(range(lx.global_device_count()))

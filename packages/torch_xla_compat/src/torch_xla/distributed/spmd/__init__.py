@@ -5,7 +5,8 @@ Contract:
   function takes it) with torch_xla's methods: ``size()`` (devices), ``shape()``
   (axis name -> size, in order), ``get_axis_name_idx(name)``, ``get_logical_mesh()``
   (the device ids as a numpy array of ``mesh_shape``). ``device_ids`` may be a numpy
-  array. A mesh torch_xla refuses raises its ``AssertionError`` with its words
+  array; ``mesh.device_ids.tolist()`` lists them, as torch_xla's array does. A mesh
+  torch_xla refuses raises its ``AssertionError`` with its words
   (device ids as many as the mesh's size, unique, below it; axis names one per
   dimension, unique).
 - ``mark_sharding(t, mesh, partition_spec)``: ``lx.mark_sharding``; entries are None,
@@ -47,6 +48,13 @@ __all__ = [
 _GLOBAL: list = [None]
 
 
+class _DeviceIds(tuple):
+    """lazax's tuple of device ids, with the ``tolist()`` of torch_xla's numpy array."""
+
+    def tolist(self) -> list[int]:
+        return list(self)
+
+
 class Mesh(lx.Mesh):
     """torch_xla's ``Mesh`` as an ``lx.Mesh``."""
 
@@ -56,6 +64,7 @@ class Mesh(lx.Mesh):
         names = tuple(axis_names) if axis_names is not None else None
         _check(ids, shape, names)
         super().__init__(ids, shape, names)
+        self.device_ids = _DeviceIds(self.device_ids)
 
     def size(self, axis=None) -> int:  # torch_xla: size() is the device count
         if axis is None:
