@@ -190,7 +190,7 @@ def mixed(mesh, cpu_mesh, rank: int) -> dict:
     return out
 
 
-def checkpoint(mesh, gloo, rank: int) -> dict:
+def checkpoint(mesh, rank: int) -> dict:
     def build(seed: int):
         torch.manual_seed(seed)
         model = sharded(mlp(), mesh)  # built on the CPU: fully_shard moves it to lazax
@@ -210,15 +210,15 @@ def checkpoint(mesh, gloo, rank: int) -> dict:
     lx.sync()
     # Every process must write to the same directory: process 0's, broadcast.
     where = [tempfile.mkdtemp(prefix="lazax_dcp_") if rank == 0 else None]
-    dist.broadcast_object_list(where, group=gloo)
+    dist.broadcast_object_list(where)  # on the "lazax" group: CPU tensors, copied
     model_state, optim_state = get_state_dict(first, first_opt)
     state = {"model": model_state, "optim": optim_state}
-    dcp.save(state, checkpoint_id=where[0], process_group=gloo)
+    dcp.save(state, checkpoint_id=where[0])
     second, second_opt = build(1)
     before = max_error(second, first)
     model_state, optim_state = get_state_dict(second, second_opt)  # AdamW's state made
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=where[0], process_group=gloo)
+    dcp.load(state, checkpoint_id=where[0])
     set_state_dict(
         second, second_opt, model_state_dict=state["model"], optim_state_dict=state["optim"]
     )
@@ -304,14 +304,13 @@ def main() -> None:
     rank = dist.get_rank()
     mesh = init_device_mesh("lazax", (2,))
     result = {"rank": rank, "mesh": str(mesh), "local_devices": lx.device_count()}
-    # torch's own FSDP2 on CPU tensors, over gloo (the oracle for mixed precision), and
-    # the group DCP coordinates over (its object collectives send CPU tensors).
+    # torch's own FSDP2 on CPU tensors, over gloo: the oracle for mixed precision.
     gloo = dist.new_group(backend="gloo")
     scenarios = {
         "dtensor": lambda: placements(mesh, rank),
         "fsdp2": lambda: fsdp2(mesh, rank),
         "mixed": lambda: mixed(mesh, DeviceMesh.from_group(gloo, "cpu"), rank),
-        "checkpoint": lambda: checkpoint(mesh, gloo, rank),
+        "checkpoint": lambda: checkpoint(mesh, rank),
         "tensor_parallel": lambda: tensor_parallel(mesh),
         "partial": lambda: partial(mesh, rank),
     }

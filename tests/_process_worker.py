@@ -186,10 +186,20 @@ def collectives() -> dict:
     dist.all_reduce(differs)
     out["differs"] = (differs.tolist(), counter("CollectiveGraphCuts") - cuts)
     dist.barrier()
-    try:
-        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.SUM)
-    except ValueError as err:
-        out["cpu_tensor"] = str(err)
+    # CPU tensors: copied to the device, the result read back (torch's object
+    # collectives, and DCP's planning, send these to the default group).
+    host = torch.ones(2) * (rank + 1)
+    dist.all_reduce(host, op=dist.ReduceOp.SUM)
+    out["cpu_all_reduce"] = host.tolist()
+    objects = [None, None]
+    dist.all_gather_object(objects, {"rank": rank})
+    out["all_gather_object"] = objects
+    sent = [f"from {rank}"]
+    dist.broadcast_object_list(sent, src=1)
+    out["broadcast_object_list"] = sent
+    gathered = [None, None] if rank == 0 else None
+    dist.gather_object(rank * 10, gathered, dst=0)
+    out["gather_object"] = gathered
     return out
 
 
@@ -259,7 +269,12 @@ def ddp() -> dict:
         (a.cpu() - b).abs().max().item() for a, b in zip(model.parameters(), reference.parameters())
     )
     buckets = len(net.reducer._get_zeros_like_grad_buckets())
-    return {"ddp_error": error, "ddp_compiles": compiles, "ddp_programs": programs, "ddp_buckets": buckets}
+    return {
+        "ddp_error": error,
+        "ddp_compiles": compiles,
+        "ddp_programs": programs,
+        "ddp_buckets": buckets,
+    }
 
 
 def dynamo() -> dict:

@@ -49,7 +49,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import _collectives as collectives
 from ._watchdog import WATCHDOG
 
 __all__ = [
@@ -447,18 +446,3 @@ class JobMethods:
         with peers_watched(), WATCHDOG.waiting(f"this process's part of a {buffer.shape} value"):
             wait_watched((buffer,))
             return local_part(buffer)[0]
-
-    def collective(self, kind: str, buffer: jax.Array, op: str = "sum", source: int = 0):
-        """One of ``_collectives``' functions (``kind``: all_reduce, all_gather,
-        broadcast, reduce_scatter) over the job's processes; this process's result, on
-        its first device."""
-        self._check_fault("execute")
-        with peers_watched(), WATCHDOG.waiting(f"the collective {kind} over the processes"):
-            if kind == "broadcast":
-                out = collectives.broadcast(buffer, source)
-            elif kind == "all_gather":
-                out = collectives.all_gather(buffer)
-            else:
-                out = getattr(collectives, kind)(buffer, op)
-        self.memory.track((out,))
-        return out

@@ -29,7 +29,7 @@ Contract (the narrow interface; a second implementation must stay possible):
   pieces from its own copy), and ``shard_shapes(buffer)`` (global device index -> the
   shape of the piece that device holds).
 - Several processes (``_processes.JobMethods``): ``global_array``, ``from_callback``,
-  ``local_part``, ``collective``. Under a job of several processes, every wait watches
+  ``local_part``. Under a job of several processes, every wait watches
   the others and raises ``ProcessLostError`` when one is gone.
 - ``execute(executable, args)``: runs asynchronously; returns a tuple of buffers that
   are futures. Errors raised synchronously propagate, and then no donated argument has

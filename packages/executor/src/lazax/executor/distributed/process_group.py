@@ -26,7 +26,10 @@ Contract:
   process raises ``GraphsDifferError`` naming the first difference before anything runs.
 - Reduce ops: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR; others raise
   ``ValueError`` naming them. A tensor laid out over a mesh that spans processes is one
-  global value already, and is refused (``ValueError``); so is a CPU tensor.
+  global value already, and is refused (``ValueError``). A CPU tensor (torch's object
+  collectives, ``broadcast_object_list``, ``all_gather_object``, ``gather_object``, and
+  so DCP's planning, send CPU tensors to the default group) is copied to the device and
+  its result read back at once.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch.distributed as dist
 from lazax import pjrt
 
 from ..barrier.executor import EXECUTOR
+from ..config import DEVICE_NAME
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor
 from .fsdp import install as _install_fsdp
@@ -77,11 +81,14 @@ class _Done(dist.Work):
 
 
 def _own(t: torch.Tensor, what: str) -> torch.Tensor:
-    """``t``, checked to be this process's own lazax tensor."""
+    """``t``, checked to be this process's own lazax tensor; a CPU tensor (torch's
+    object collectives send those) is copied to the device, and its result read back
+    by ``_write``."""
+    if t.device.type == "cpu":
+        return t.to(torch.device(DEVICE_NAME, 0))
     if type(t) is not LazyTensor:
         raise ValueError(
-            f"the lazax backend's {what} takes lazax tensors, but got a {t.device} tensor; "
-            f"for CPU tensors, use a gloo group too (dist.new_group(backend='gloo'))"
+            f"the lazax backend's {what} takes lazax or CPU tensors, but got a {t.device} tensor"
         )
     if t.device.index:
         raise NotImplementedError(
@@ -99,7 +106,8 @@ def _own(t: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def _write(out: torch.Tensor, value: torch.Tensor) -> None:
-    """``out`` (any lazax tensor, a view too) takes ``value``, in place."""
+    """``out`` (any lazax tensor, a view too) takes ``value``, in place; a CPU ``out``
+    reads it (which runs the collective's graph in every process: each one reads)."""
     with torch.no_grad():
         out.copy_(value.reshape(out.shape))
 
@@ -176,6 +184,18 @@ class LazaxProcessGroup(dist.ProcessGroup):
             _write(t, _c10d.broadcast(_own(t, "broadcast"), source, self._tag))
         return _Done(list(tensors))
 
+    def gather(self, output_tensors, input_tensors, opts=None):
+        # Every process gathers, at once (the others keep nothing that would run it
+        # later, with the root); the root keeps the result.
+        root = (opts or dist.GatherOptions()).rootRank
+        (t,) = input_tensors
+        stacked = self._gathered(t)
+        EXECUTOR.sync_tensors_graph([stacked])
+        outputs = list(output_tensors[0]) if self.rank() == root else []
+        for k, out in enumerate(outputs):
+            _write(out, stacked[k])
+        return _Done(outputs)
+
     def scatter(self, output_tensors, input_tensors, opts=None):
         # The source's stacked inputs, broadcast; each process keeps its own row.
         source = (opts or dist.ScatterOptions()).rootRank
@@ -184,7 +204,8 @@ class LazaxProcessGroup(dist.ProcessGroup):
         (out,) = output_tensors
         if self.rank() == source:
             rows = torch.stack(list(input_tensors[0]))
-            EXECUTOR.sync_tensors_graph([rows])
+            if type(rows) is LazyTensor:
+                EXECUTOR.sync_tensors_graph([rows])
         else:
             rows = torch.zeros((self.size(), *out.shape), dtype=out.dtype).to(out.device)
         # Row j of the exchange is process j's row for this process; the source's is
