@@ -63,3 +63,18 @@ def test_lazax_first_keeps_its_name_and_warns():
 def test_the_users_own_lazax_device_name_wins():
     done = _run("import torch_xla; print(torch_xla.device())", LAZAX_DEVICE_NAME="lazax")
     assert done.returncode == 0 and done.stdout.strip() == "lazax:0", done.stderr[-3000:]
+
+
+def test_the_name_does_not_reach_child_processes_that_import_lazax_alone():
+    done = _run(
+        """
+        import os, subprocess, sys
+        import torch_xla
+
+        assert torch_xla.device().type == "xla" and "LAZAX_DEVICE_NAME" not in os.environ
+        child = "import lazax.modes as lx; print(lx.device())"
+        print(subprocess.run([sys.executable, "-c", child], capture_output=True,
+                             text=True, check=True).stdout.strip())
+        """
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "lazax:0", done.stderr[-3000:]

@@ -30,6 +30,8 @@ from . import _env  # noqa: E402
 _env.apply()
 
 from . import _XLAC, core, debug, distributed, experimental, runtime, utils  # noqa: E402
+
+_env.forget_device_name()  # lazax, imported just above, has read it
 from ._api import (  # noqa: E402
     compile,
     device,

@@ -8,9 +8,11 @@ reads its own settings. For each variable a torch_xla user sets:
   ``LAZAX_DEBUG_RECOMPILES``, lazax's explanation of each recompile.
 - ``IGNORED``: set but without effect here; one ``UserWarning`` names each with why.
 - The device is named ``xla`` (``LAZAX_DEVICE_NAME=xla``, lazax's switch, read when
-  lazax is first imported), unless the user set ``LAZAX_DEVICE_NAME``; if lazax was
-  imported before ``torch_xla`` under another name, one ``UserWarning`` says that the
-  device keeps that name (torch cannot rename a backend twice).
+  lazax is first imported), unless the user set ``LAZAX_DEVICE_NAME``;
+  ``forget_device_name()``, once lazax is imported, removes the variable again so that
+  it does not reach child processes. If lazax was imported before ``torch_xla`` under
+  another name, one ``UserWarning`` says that the device keeps that name (torch cannot
+  rename a backend twice).
 docs/torch_xla.md's table is this module's tables.
 """
 
@@ -20,7 +22,7 @@ import os
 import sys
 import warnings
 
-__all__ = ["HONOURED", "IGNORED", "MAPPED", "apply"]
+__all__ = ["HONOURED", "IGNORED", "MAPPED", "apply", "forget_device_name"]
 
 HONOURED = {
     "PJRT_DEVICE": "lazax picks its platform from it: CPU (default), CUDA or GPU, TPU",
@@ -62,10 +64,17 @@ def _on(value: str) -> bool:
     return value.strip().lower() not in ("", "0", "false", "no", "off")
 
 
+# Whether ``apply`` set LAZAX_DEVICE_NAME itself (``forget_device_name`` takes it back).
+_SET_DEVICE_NAME = [False]
+
+
 def _name_device_xla(environ) -> None:
-    environ.setdefault("LAZAX_DEVICE_NAME", "xla")
     executor = sys.modules.get("lazax.executor")
-    if executor is not None and executor.DEVICE_NAME != environ["LAZAX_DEVICE_NAME"]:
+    if executor is None:
+        if "LAZAX_DEVICE_NAME" not in environ:
+            environ["LAZAX_DEVICE_NAME"] = "xla"
+            _SET_DEVICE_NAME[0] = environ is os.environ
+    elif executor.DEVICE_NAME != environ.get("LAZAX_DEVICE_NAME", "xla"):
         warnings.warn(
             f"torch_xla (lazax): lazax was imported before torch_xla, so its device is "
             f"{executor.DEVICE_NAME!r}, not 'xla'; import torch_xla first (or set "
@@ -73,6 +82,15 @@ def _name_device_xla(environ) -> None:
             UserWarning,
             stacklevel=4,
         )
+
+
+def forget_device_name() -> None:
+    """Once lazax has read it (at its import), take back the ``LAZAX_DEVICE_NAME`` that
+    ``apply`` set, so that child processes which import lazax alone keep its own name
+    (a child that imports torch_xla sets it again)."""
+    if _SET_DEVICE_NAME[0]:
+        os.environ.pop("LAZAX_DEVICE_NAME", None)
+        _SET_DEVICE_NAME[0] = False
 
 
 def apply(environ=os.environ) -> list[str]:
