@@ -190,7 +190,9 @@ def _register_as_xla() -> None:
     torch.utils.rename_privateuse1_backend(DEVICE_NAME)
     torch._register_device_module(DEVICE_NAME, _LazaxDeviceModule())
     torch._C._acc.register_python_privateuseone_hook(backend_registration._DummyPrivateUse1Hook())
-    torch._C._acc.register_python_privateuseone_device_guard(backend_registration._DummyDeviceGuard())
+    torch._C._acc.register_python_privateuseone_device_guard(
+        backend_registration._DummyDeviceGuard()
+    )
 
 
 def device(index: int = 0) -> torch.device:
