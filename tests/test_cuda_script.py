@@ -202,12 +202,18 @@ def test_streams_and_events_keep_order():
         x = _work()
     event = s.record_event()
     assert isinstance(event, torch.Event)
-    assert not storage_of(x).pending  # record dispatched what was traced before it
+    # An event without timing cuts nothing (FSDP2 orders its streams with these, and
+    # its step stays one graph); its synchronize runs and waits for what came before.
+    assert storage_of(x).pending and not event.query()
     torch.accelerator.current_stream().wait_event(event)
     torch.accelerator.current_stream().wait_stream(s)
     event.wait()
     event.synchronize()
     assert event.query() and storage_of(x).value.node.data.is_ready()
+    timed = torch.Event(enable_timing=True)
+    y = _work()
+    timed.record()
+    assert not storage_of(y).pending  # a timed record dispatched what came before it
     later = torch.Event()
     assert later.query()  # never recorded: nothing to wait for
     later.synchronize()

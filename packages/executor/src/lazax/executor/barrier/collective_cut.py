@@ -7,15 +7,17 @@ value by its rank, a scatter's source stacks its inputs where the others have no
 the processes agree (``agreement``) that their graphs differ, and each runs its graph
 cut at the collectives instead, the way torch's eager collectives run:
 
-Contract: ``run_cut(run_graph, roots, order)`` returns the values of ``roots`` (device
-data, in order). ``run_graph(values)`` is the barrier's (compile or find, then
-execute); ``order(node)`` is a collective node's issue order (``tag_collective``). For
+Contract: ``run_cut(run_graph, roots)`` returns the values of ``roots`` (device data,
+in order). ``run_graph(values)`` is the barrier's (compile or find, then execute). For
 each collective, in the order the processes issued them (the same in every process, as
 torch requires), its operands are computed first (a program of this process only, with
 every earlier collective's result as device data), then the collective alone on them
 (the same small program in every process); last, the rest of the graph, with every
 collective's result as device data (this process's own program). Nothing is
-recomputed: each piece reads what the ones before it produced.
+recomputed: each piece reads what the ones before it produced. ``tag_collective(node)``
+records a collective node's issue order when it is traced. ``CutKeys``: the cache keys
+of graphs the processes agreed to cut (the last 1024), which each process then cuts
+without meeting again, as each runs a program it compiled in step with the others.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from lazax import ir
 
 from ..ops import get_lowering
 
-__all__ = ["PENDING_COLLECTIVES", "is_collective", "run_cut", "tag_collective"]
+__all__ = ["PENDING_COLLECTIVES", "CutKeys", "is_collective", "run_cut", "tag_collective"]
 
 # Tags collective nodes with their issue order (``node.data``), process-wide.
 _SEQUENCE = itertools.count()
@@ -79,9 +81,31 @@ class _Rebuilder:
         return copy
 
 
-def run_cut(run_graph: Callable, roots: list, order: Callable) -> list:
+class CutKeys:
+    """The keys of graphs cut before, oldest first, bounded (every process evicts the
+    same ones in the same order)."""
+
+    KEPT = 1024
+
+    def __init__(self) -> None:
+        self._keys: dict = {}
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def add(self, key) -> None:
+        if len(self._keys) >= self.KEPT:
+            del self._keys[next(iter(self._keys))]
+        self._keys[key] = None
+
+
+def _issue_order(node: ir.Node) -> int:
+    return node.data if type(node.data) is int else -1
+
+
+def run_cut(run_graph: Callable, roots: list) -> list:
     collectives = [n for n in ir.post_order(roots) if is_collective(n)]
-    collectives.sort(key=order)
+    collectives.sort(key=_issue_order)
     rebuilt = _Rebuilder()
     for node in collectives:
         operands = [rebuilt.value(o) for o in node.operands]

@@ -45,7 +45,7 @@ from ..state.storage import COMMIT_LOCK, DEVICES_IN_USE, PENDING, by_device, is_
 from ..state.values import ir_value
 from .agreement import CollectiveGraphsDiffer, describe
 from .checks import CHECKS
-from .collective_cut import PENDING_COLLECTIVES, run_cut
+from .collective_cut import PENDING_COLLECTIVES, CutKeys, run_cut
 from .compile import CompileStage
 from .debug import unexpected_execution, user_location, user_site
 from .donation import DonationPolicy
@@ -77,8 +77,10 @@ class GraphExecutor:
         # Loops over a ModuleList of identical layers run as one XLA loop
         # (``loops.auto``): lx.compile(scan_layers=True), or LAZAX_SCAN_LAYERS=1.
         self.scan_layers = config.scan_layers
-        # While a graph runs cut at its collectives (``collective_cut``).
+        # While a graph runs cut at its collectives (``collective_cut``); the graphs
+        # the processes agreed to cut.
         self._cutting = False
+        self.cut_keys = CutKeys()
         self.allow_execution = True
         self.graph_name: str | None = None
         # Called with (graph_name, graph) before each graph runs (tests, tools).
@@ -314,6 +316,11 @@ class GraphExecutor:
             shardings = placed[0] if placed is not None else None
             key = compiler.keys.memory_key(graph.hash, shardings, donate)
             entry = compiler.lookup(key)
+            if entry is None and key in self.cut_keys:
+                # Agreed before that the processes' graphs differ: cut again, as every
+                # process with its own key from that meeting does (no meeting).
+                metrics.bump("CollectiveGraphCuts")
+                return self._run_cut(roots, device_index)
             if entry is None:
                 metrics.bump("UncachedCompile")
                 self.check_execution_allowed("a compile", graph)
@@ -338,7 +345,9 @@ class GraphExecutor:
                     )
                 except CollectiveGraphsDiffer:
                     # Every process learnt it at the same meeting: each runs its own
-                    # graph cut at the collectives, which it issued in the same order.
+                    # graph cut at the collectives, which it issued in the same order,
+                    # and remembers it for this graph (a key of its own).
+                    self.cut_keys.add(key)
                     metrics.bump("CollectiveGraphCuts")
                     return self._run_cut(roots, device_index)
             else:
@@ -376,11 +385,7 @@ class GraphExecutor:
     def _run_cut(self, roots, device_index: int) -> list[ir.Value]:
         self._cutting = True
         try:
-            return run_cut(
-                lambda values: self.run_graph(values, device_index=device_index),
-                roots,
-                _issue_order,
-            )
+            return run_cut(lambda values: self.run_graph(values, device_index=device_index), roots)
         finally:
             self._cutting = False
 
@@ -396,11 +401,6 @@ class GraphExecutor:
         if self.allow_execution:
             return
         raise unexpected_execution(what, self.graph_name, graph)
-
-
-def _issue_order(node: ir.Node) -> int:
-    """A collective node's place in the order the process issued them (its tag)."""
-    return node.data if type(node.data) is int else -1
 
 
 def _per_device(targets: list, roots: list) -> list[tuple[int, list]]:

@@ -29,6 +29,8 @@ from . import dtensor_ops
 
 __all__ = ["install"]
 
+_to_copy = torch.ops.aten._to_copy.default
+
 _TORCH: dict = {}
 
 
@@ -68,11 +70,17 @@ def _pieces(t: torch.Tensor, sizes, dim: int = 0) -> list:
 
 
 def _all_gather_copy_in(args, kwargs):
+    # torch's input is the rank's slice of the output (NCCL gathers in place); here it
+    # is its own tensor: the slice's offset is the rank's, which would make each
+    # process's graph differ, and the all-gather writes the whole output anyway.
     inputs, output, sizes, numel, rank = args
-    mine = output[numel * rank : numel * (rank + 1)]
     with torch.no_grad():
-        for piece, t in zip(_pieces(mine, sizes), inputs):
-            piece.copy_(t.reshape(piece.shape))
+        flat = [t.reshape(-1) for t in inputs]
+        # (below autograd here: aten::to would reach the CPU fallback; _to_copy does not)
+        flat = [f if f.dtype == output.dtype else _to_copy(f, dtype=output.dtype) for f in flat]
+        mine = torch.cat(flat)
+        if mine.numel() < numel:
+            mine = torch.cat([mine, mine.new_zeros(numel - mine.numel())])
     return mine, output
 
 

@@ -10,12 +10,15 @@ Contract:
   dispatched so far has finished, and raises a failed device-side check, as
   ``lx.wait_device_ops()``; ``Stream.synchronize`` is the same. ``Stream.query()``:
   nothing pending and everything dispatched finished.
-- ``Event.record()`` cuts the trace (runs what is pending, as ``lx.sync()``; not where
-  nothing may run: inside ``compile(full_graph=True)`` or a capture) and marks the
-  buffers still being computed then; ``query`` / ``synchronize`` look at or wait
-  for those; with ``enable_timing=True`` a background thread notes when they are
-  ready, so ``start.elapsed_time(end)`` is the milliseconds of device work between the
-  two records (torch's errors when not timed or not recorded).
+- ``Event(enable_timing=True).record()`` cuts the trace (runs what is pending, as
+  ``lx.sync()``; not where nothing may run: inside ``compile(full_graph=True)`` or a
+  capture) and marks the buffers still being computed then; ``query`` /
+  ``synchronize`` look at or wait for those, and a background thread notes when they
+  are ready, so ``start.elapsed_time(end)`` is the milliseconds of device work between
+  the two records (torch's errors when not timed or not recorded). An event without
+  timing (libraries order their streams with these: FSDP2 several times a step) cuts
+  nothing, so the step stays one graph: ``synchronize`` runs what is pending and waits
+  for everything dispatched, ``query`` is whether that is done already.
 - ``current_index()`` / ``set_index(i)``: the current device index, per thread as for
   cuda (the DataLoader's pin thread sets it to the main thread's); setting it never
   starts the runtime (``started()``), and is checked against the device count once
@@ -130,6 +133,7 @@ class Event(torch.Event):
     def __init__(self, device=None, *, enable_timing=False, blocking=False, interprocess=False):
         self._lz_timing = bool(enable_timing)
         self._lz_recorded = False
+        self._lz_lazy = False  # recorded without timing, not synchronized since
         self._lz_buffers: list = []
         self._lz_done = threading.Event()
         self._lz_time: float | None = None
@@ -138,24 +142,31 @@ class Event(torch.Event):
         super().record(stream)
         if not _is_lazax_event(self):
             return
+        self._lz_recorded = True
+        if not self._lz_timing:
+            self._lz_lazy = True  # cuts nothing (see the module's contract)
+            return
         if EXECUTOR.allow_execution and EXECUTOR.capture_guard is None:
             EXECUTOR.sync()  # what was traced before the record is dispatched now
         self._lz_buffers = _running()
-        self._lz_recorded = True
         self._lz_done.clear()
         self._lz_time = None
-        if self._lz_timing:
-            _timer().put((self, list(self._lz_buffers)))
+        _timer().put((self, list(self._lz_buffers)))
 
     def query(self) -> bool:
         if not _is_lazax_event(self):
             return super().query()
+        if self._lz_lazy:
+            return idle()
         self._lz_buffers = [b for b in self._lz_buffers if not b.is_deleted() and not b.is_ready()]
         return not self._lz_buffers
 
     def synchronize(self) -> None:
         if not _is_lazax_event(self):
             return super().synchronize()
+        if self._lz_lazy:
+            self._lz_lazy = False
+            return synchronize()
         _wait(self._lz_buffers)
         self._lz_buffers = []
         if self._lz_timing and self._lz_recorded:
