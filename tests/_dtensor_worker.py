@@ -79,17 +79,20 @@ def fsdp2(mesh, rank: int) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     before = fallbacks()
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
-    losses, ref_losses, seconds = [], [], []
+    losses, ref_losses, seconds, programs, cuts = [], [], [], [], []
     for step in range(4):
         g = torch.Generator().manual_seed(step)
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
         half = slice(4 * rank, 4 * rank + 4)
         start = time.monotonic()
+        ran = (lx.metrics.metric_data("ExecuteTime") or (0,))[0]
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x[half].to(lx.device())), y[half].to(lx.device()))
         loss.backward()
         opt.step()
         lx.sync()
+        programs.append(lx.metrics.metric_data("ExecuteTime")[0] - ran)
+        cuts.append(lx.metrics.counter_value("CollectiveGraphCuts") or 0)
         mean = loss.detach().clone()
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)  # halves of equal size: the batch's mean
         losses.append(mean.item())
@@ -109,6 +112,8 @@ def fsdp2(mesh, rank: int) -> dict:
         },
         "sharded": {n: [type(p).__name__, list(p.to_local().shape)] for n, p in params.items()},
         "seconds": seconds,
+        "programs": programs,
+        "cuts": [b - a for a, b in zip(cuts, cuts[1:])],
         "cpu_fallbacks": {
             n: count - before.get(n, 0)
             for n, count in fallbacks().items()

@@ -98,6 +98,10 @@ def test_fully_shard_trains_a_four_block_mlp_equal_to_the_cpu(ran):
         # FSDP2's copy ops (fsdp::all_gather_copy_in, split_with_sizes_copy, chunk_cat)
         # are traced on lazax, not run on the CPU.
         assert got["cpu_fallbacks"] == {}, got["cpu_fallbacks"]
+        # Every all-gather and reduce-scatter runs inside the step's one program, never
+        # cut apart (the first step also places the shards: each process its own rows).
+        assert got["programs"][1:] == [1, 1, 1], got["programs"]
+        assert got["cuts"] == [0, 0, 0], got["cuts"]
     assert ran[0]["fsdp2"]["losses"] == ran[1]["fsdp2"]["losses"]
 
 
