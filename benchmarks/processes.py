@@ -8,6 +8,11 @@
 2. Under torchrun (2 processes): the round trip of the meeting before a cross-process
    compile (``lazax.pjrt.exchange``), and one ``dist.all_reduce`` of a 1-element lazax
    tensor over the "lazax" backend, waited for; medians over ``--rounds``.
+3. torch's own parallelism over the "lazax" backend, 2 processes x 1 device: a 4-block
+   MLP (width 256, batch 32 per process, AdamW) under ``DistributedDataParallel``
+   (buckets of 0.3 MB: five all-reduces a step) and under FSDP2 (``fully_shard`` on each
+   block and the root): programs run per steady step (``ExecuteTime``'s count) and the
+   median milliseconds a step, waited for, over ``--parallel-steps`` after 5 warm ones.
 
 On this host both processes share its cores, so the ratios say what the machinery
 costs here, not what separate hosts would see.
@@ -88,14 +93,67 @@ def worker(rounds: int) -> None:
         print(f"meeting {median(meet) * 1e3:.2f} ms, all_reduce {median(reduce) * 1e3:.2f} ms")
 
 
+def parallel_worker(kind: str, steps: int) -> None:
+    """One process of part 3 (run under torchrun)."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    import lazax.modes as lx
+
+    dist.init_process_group("lazax")
+    torch.manual_seed(0)
+    width = 256
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(4)])
+    model = model.to(lx.device())
+    if kind == "ddp":
+        model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.3)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(lx.device().type, (dist.get_world_size(),))
+        for block in model:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(32, width).to(lx.device())
+    y = torch.randn(32, width).to(lx.device())
+    times, programs = [], []
+    for k in range(5 + steps):
+        ran = (lx.metrics.metric_data("ExecuteTime") or (0,))[0]
+        start = time.perf_counter()
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        lx.sync(wait=True)
+        if k >= 5:
+            times.append(time.perf_counter() - start)
+            programs.append(lx.metrics.metric_data("ExecuteTime")[0] - ran)
+    if dist.get_rank() == 0:
+        print(
+            f"{kind}: {statistics.mean(programs):.1f} programs a step, "
+            f"{statistics.median(times) * 1e3:.1f} ms a step"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--parallel-steps", type=int, default=30)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--parallel", choices=("ddp", "fsdp2"), help=argparse.SUPPRESS)
+    parser.add_argument("--only-parallel", action="store_true", help="part 3 alone")
     args = parser.parse_args()
     if args.worker:
         worker(args.rounds)
+        return
+    if args.parallel:
+        parallel_worker(args.parallel, args.parallel_steps)
+        return
+    if args.only_parallel:
+        _parallel(args.parallel_steps)
         return
     steps = ["--steps", str(args.steps)]
     for flag in ([], ["--fsdp"]):
@@ -108,6 +166,14 @@ def main() -> None:
         )
     out = _run(_torchrun("-m", "benchmarks.processes", "--worker", "--rounds", str(args.rounds)), 2)
     print(next(line for line in out.splitlines() if line.startswith("meeting")))
+    _parallel(args.parallel_steps)
+
+
+def _parallel(steps: int) -> None:
+    for kind in ("ddp", "fsdp2"):
+        command = _torchrun("-m", "benchmarks.processes", "--parallel", kind)
+        out = _run([*command, "--parallel-steps", str(steps)], 1)
+        print(next(line for line in out.splitlines() if line.startswith(kind)))
 
 
 if __name__ == "__main__":
