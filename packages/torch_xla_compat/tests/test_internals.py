@@ -1,7 +1,7 @@
 """The parts of torch_xla's internals the package answers, against torch_xla's
 documented behaviour: ``_XLAC``'s runtime, sync, counter and sharding-spec functions,
 ``MarkStep``, times in nanoseconds, ``xenv``, ``xu``, ``metrics_compare_utils``,
-``xs.mark_sharding_with_gradients``, ``XLAShardedTensor``."""
+``xs.mark_sharding_with_gradients``."""
 
 import os
 
@@ -94,8 +94,6 @@ def test_mark_sharding_with_gradients_shards_value_and_gradient():
     assert xlac._get_xla_sharding_spec(y).startswith("{devices=[2,1]")
     (y * 2).sum().backward()
     torch.testing.assert_close(w.grad.cpu(), torch.full((4, 3), 2.0))
-    with pytest.raises(NotImplementedError, match="plain tensor"):
-        xs.XLAShardedTensor(w)
 
 
 def test_env_var_names_and_utils(monkeypatch):

@@ -38,7 +38,7 @@ def test_mark_sharding_by_axis_index_or_name_splits_the_tensor_and_keeps_values(
     mesh = xs.Mesh(list(range(8)), (2, 4), ("data", "model"))
     value = torch.arange(32.0).reshape(4, 8)
     t = value.to(xm.xla_device())
-    assert xs.mark_sharding(t, mesh, (0, "model")) is t
+    assert xs.mark_sharding(t, mesh, (0, "model")).global_tensor is t
     shapes = set(lx.shard_shapes(t).values())
     assert shapes == {(2, 2)}
     torch.testing.assert_close((t * 2).cpu(), value * 2)

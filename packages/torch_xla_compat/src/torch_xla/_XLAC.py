@@ -14,22 +14,25 @@ Contract:
 - ``_get_xla_sharding_spec(t)``: the tensor's sharding in XLA's HloSharding text, as
   torch_xla prints it: ``""`` unsharded, ``"{replicated}"``,
   ``"{devices=[2,4]0,1,2,3,4,5,6,7}"``, with `` last_tile_dim_replicate`` when mesh
-  axes are left out of the spec.
+  axes are left out of the spec; ``_get_xla_sharding_type(t)``: XLA's
+  ``OpSharding.Type`` number of it (``xs.ShardingType``), None unsharded. Both take an
+  ``XLAShardedTensor`` too.
 """
 
 from __future__ import annotations
 
 import os
 
-import numpy as np
 import torch
 
 import lazax.modes as lx
 
 from . import _api, _counters
+from ._sharded import sharding_type, spec_text, unwrap
 
 __all__ = [
     "_get_xla_sharding_spec",
+    "_get_xla_sharding_type",
     "_xla_get_all_devices",
     "_xla_get_default_device",
     "_xla_increment_counter",
@@ -54,7 +57,7 @@ def _xla_get_default_device() -> str:
 
 
 def _xla_sync_multi(tensors, devices=(), wait: bool = True, sync_xla_data: bool = True):
-    lx.sync_tensors(list(tensors), wait=wait)
+    lx.sync_tensors([unwrap(t) for t in tensors], wait=wait)
 
 
 def _xla_wait_device_ops(devices=()) -> None:
@@ -66,27 +69,8 @@ def _xla_increment_counter(name: str, n: int = 1) -> None:
 
 
 def _get_xla_sharding_spec(t) -> str:
-    sharding = lx.get_sharding(t)
-    if sharding is None:
-        return ""
-    mesh, spec = sharding.mesh, sharding.partition_spec
-    names = list(mesh.axis_names)
-    # The mesh's device ids laid out on its axes; each tensor dim takes its axes' tiles
-    # in order, the axes the spec leaves out become one trailing replicated dim.
-    grid = np.array(mesh.device_ids).reshape(mesh.mesh_shape)
-    used, tiles = [], []
-    for entry in spec:
-        axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
-        idx = [names.index(a) if not isinstance(a, int) else a for a in axes]
-        used += idx
-        tiles.append(int(np.prod([mesh.mesh_shape[i] for i in idx], dtype=np.int64)))
-    rest = [i for i in range(len(names)) if i not in used]
-    replicas = int(np.prod([mesh.mesh_shape[i] for i in rest], dtype=np.int64))
-    if all(n == 1 for n in tiles):
-        return "{replicated}"
-    order = grid.transpose(used + rest).reshape(-1)
-    ids = ",".join(str(int(i)) for i in order)
-    if replicas == 1:
-        return "{devices=[" + ",".join(map(str, tiles)) + "]" + ids + "}"
-    dims = ",".join(map(str, tiles + [replicas]))
-    return "{devices=[" + dims + "]" + ids + " last_tile_dim_replicate}"
+    return spec_text(t)
+
+
+def _get_xla_sharding_type(t) -> int | None:
+    return sharding_type(t)

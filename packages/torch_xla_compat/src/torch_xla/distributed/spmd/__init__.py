@@ -11,12 +11,13 @@ Contract:
   dimension, unique).
 - ``mark_sharding(t, mesh, partition_spec)``: ``lx.mark_sharding``; entries are None,
   an axis index or name, or a tuple of them; ``mesh`` None means the global mesh.
-  Returns ``t`` (torch_xla returns an ``XLAShardedTensor`` wrapping it; lazax's sharded
-  tensor is a plain tensor). ``clear_sharding(t)``: ``lx.clear_sharding``.
+  Returns an ``XLAShardedTensor`` around ``t`` (``t`` itself is sharded in place; an
+  ``XLAShardedTensor`` given is unwrapped). ``clear_sharding(t)``: ``lx.clear_sharding``,
+  returns ``t``.
 - ``get_1d_mesh(axis_name=None)``: every global device on one axis.
 - ``set_global_mesh(mesh)`` / ``get_global_mesh()`` (None until set).
 - ``MarkShardingFunction``, ``mark_sharding_with_gradients``, ``ShardingSpec``,
-  ``XLAShardedTensor``: ``xla_sharding``.
+  ``ShardingType``, ``XLAShard``, ``XLAShardedTensor``: ``xla_sharding``.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ import numpy as np
 
 import lazax.modes as lx
 
+from ..._sharded import unwrap
 from .xla_sharding import (
     MarkShardingFunction,
     ShardingSpec,
+    ShardingType,
+    XLAShard,
     XLAShardedTensor,
     mark_sharding_with_gradients,
 )
@@ -36,6 +40,8 @@ __all__ = [
     "MarkShardingFunction",
     "Mesh",
     "ShardingSpec",
+    "ShardingType",
+    "XLAShard",
     "XLAShardedTensor",
     "clear_sharding",
     "get_1d_mesh",
@@ -112,16 +118,18 @@ def get_global_mesh() -> Mesh | None:
     return _GLOBAL[0]
 
 
-def mark_sharding(t, mesh=None, partition_spec=()):
-    """Shard ``t`` over ``mesh`` (the global mesh when None); returns ``t``."""
+def mark_sharding(t, mesh=None, partition_spec=()) -> XLAShardedTensor:
+    """Shard ``t`` over ``mesh`` (the global mesh when None), in place; returns it as an
+    ``XLAShardedTensor``."""
     mesh = mesh if mesh is not None else get_global_mesh()
     if mesh is None:
         raise ValueError("mark_sharding: no mesh given and no global mesh set")
+    t = unwrap(t)
     lx.mark_sharding(t, mesh, tuple(partition_spec))
-    return t
+    return XLAShardedTensor(t)
 
 
 def clear_sharding(t):
     """``t`` back on one device; returns ``t``."""
-    lx.clear_sharding(t)
+    lx.clear_sharding(unwrap(t))
     return t

@@ -1,5 +1,5 @@
 """``torch_xla.distributed.spmd.xla_sharding``: sharding with gradients, and torch_xla's
-``XLAShardedTensor`` name.
+``XLAShardedTensor``.
 
 Contract:
 - ``MarkShardingFunction.apply(t, mesh, partition_spec)``: an autograd function that
@@ -9,8 +9,8 @@ Contract:
 - ``ShardingSpec(mesh, partition_spec, minibatch=False)``: ``can_apply(t)`` (one spec
   entry per dimension); called with a tensor, its ``lx.Sharding`` or None: what
   ``pl.MpDeviceLoader``'s ``input_sharding`` takes.
-- ``XLAShardedTensor``: torch_xla wraps sharded tensors in it; lazax's sharded tensor is
-  a plain tensor, so no tensor is one and making one raises ``NotImplementedError``.
+- ``XLAShardedTensor``, ``XLAShard``, ``ShardingType``: ``torch_xla._sharded``'s (a
+  sharded lazax tensor seen as its global value and its per-device shards).
 """
 
 from __future__ import annotations
@@ -19,9 +19,13 @@ import torch
 
 import lazax.modes as lx
 
+from ..._sharded import ShardingType, XLAShard, XLAShardedTensor, unwrap
+
 __all__ = [
     "MarkShardingFunction",
     "ShardingSpec",
+    "ShardingType",
+    "XLAShard",
     "XLAShardedTensor",
     "mark_sharding_with_gradients",
 ]
@@ -69,14 +73,4 @@ class MarkShardingFunction(torch.autograd.Function):
 
 
 def mark_sharding_with_gradients(t, mesh, partition_spec):
-    return MarkShardingFunction.apply(t, mesh, tuple(partition_spec))
-
-
-class XLAShardedTensor(torch.Tensor):
-    """torch_xla's wrapper of a sharded tensor; lazax shards plain tensors."""
-
-    def __new__(cls, *args, **kwargs):
-        raise NotImplementedError(
-            "XLAShardedTensor: a sharded lazax tensor is a plain tensor "
-            "(xs.mark_sharding returns it); lx.get_sharding(t) says how it is sharded"
-        )
+    return MarkShardingFunction.apply(unwrap(t), mesh, tuple(partition_spec))
