@@ -296,8 +296,10 @@ class PjrtRuntime(JobMethods):
         if per_process:
             if arg_shardings is not None:
                 raise ValueError(
-                    "a program with collectives between the job's processes takes each "
-                    "process's own values; its inputs cannot also be laid out over a mesh"
+                    "lazax: a graph with collectives between the job's processes (on each "
+                    "process's own tensors) also reads tensors laid out over a mesh "
+                    "(mark_sharding); collectives take each process's own tensor, on "
+                    "lx.device()"
                 )
             target = device or self.default_device
             mesh = processes_mesh(self.devices.index(target))

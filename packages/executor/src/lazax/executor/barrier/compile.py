@@ -220,14 +220,7 @@ class CompileStage:
             fn, arg_specs = lower_fn()
             packing = fn.packing  # parameter positions -> argument positions
             per_process = fn.per_process  # collectives between the processes inside
-            if per_process:
-                if arg_shardings is not None:
-                    raise ValueError(
-                        "lazax: a graph with collectives between the job's processes "
-                        "(torch.distributed's, on each process's own tensors) also reads "
-                        "tensors laid out over a mesh (mark_sharding); collectives take "
-                        "each process's own tensor, on lx.device()"
-                    )
+            if per_process and arg_shardings is None:  # (with them: the runtime refuses)
                 if runtime.process_count > 1:
                     differ = CollectiveGraphsDiffer if cut_if_differ else GraphsDifferError
                     agree(runtime, key, lines, *site, error=differ)

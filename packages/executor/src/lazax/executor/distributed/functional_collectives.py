@@ -19,24 +19,13 @@ from ..barrier.collective_cut import tag_collective
 from ..dispatch.plans import FUNCTIONAL, OpPlan
 from ..dispatch.run import run_plan
 from ..dispatch.special import register_special
+from ..ops import get_lowering
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor
 
 __all__ = ["install"]
 
 _ops = torch.ops._c10d_functional
-
-
-_COLLECTIVES = (
-    _ops.all_reduce.default,
-    _ops.all_reduce_coalesced.default,
-    _ops.all_gather_into_tensor.default,
-    _ops.all_gather_into_tensor_coalesced.default,
-    _ops.reduce_scatter_tensor.default,
-    _ops.reduce_scatter_tensor_coalesced.default,
-    _ops.all_to_all_single.default,
-    _ops.broadcast.default,
-)
 
 
 def _traced(func):
@@ -47,7 +36,7 @@ def _traced(func):
         first = result[0] if isinstance(result, (list, tuple)) else result
         if type(first) is LazyTensor:
             node = ir_value(first).node
-            if node.operands and node.data is None:  # pending (eager mode ran it)
+            if node.operands and node.data is None:  # (eager mode has run it already)
                 tag_collective(node)
         return result
 
@@ -58,8 +47,23 @@ def _wait(args, kwargs):
     return args[0]
 
 
+def _collectives() -> list:
+    """The functional collectives lazax lowers (``ops.collectives``' rules)."""
+    found = []
+    for name in dir(_ops):
+        packet = getattr(_ops, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            func = getattr(packet, overload)
+            rule = get_lowering(func)
+            if rule is not None and rule.collective:
+                found.append(func)
+    return found
+
+
 def install() -> None:
-    handlers = {func: _traced(func) for func in _COLLECTIVES}
+    handlers = {func: _traced(func) for func in _collectives()}
     handlers[_ops.wait_tensor.default] = _wait
     handlers[_ops._wrap_tensor_autograd.default] = _wait
     register_special(handlers)
