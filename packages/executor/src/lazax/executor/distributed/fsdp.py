@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from ..config import DEVICE_NAME
 from ..dispatch.special import register_special
 from ..tensor.lazy import LazyTensor
 from . import dtensor_ops
@@ -45,11 +46,11 @@ def _free_storage(tensor: torch.Tensor) -> None:
 
 
 def _move_states_to_device(params, buffers, device) -> None:
-    if device.type != "lazax":
+    if device.type != DEVICE_NAME:
         return _TORCH["move"](params, buffers, device)
     rest = []
     for tensor in (*params, *buffers):
-        if tensor.device.type in ("lazax", "meta") or is_traceable_wrapper_subclass(tensor):
+        if tensor.device.type in (DEVICE_NAME, "meta") or is_traceable_wrapper_subclass(tensor):
             rest.append(tensor)  # torch's own way (a DTensor: its checks and messages)
             continue
         with torch.no_grad():  # no autograd edge: swap_tensors needs sole ownership
