@@ -123,6 +123,17 @@ def test_the_program_holds_one_layer_whatever_the_depth():
     assert dots[(6, True)] < dots[(6, False)] / 2
 
 
+def test_each_layers_gradient_is_taken_at_an_index_read_at_run_time():
+    """The stacked gradient reaches each layer's parameter through a row taken at a
+    runtime index (a dynamic slice), not a slice at a fixed offset: every layer's
+    optimizer update is then the same computation, which XLA compiles once, so the
+    static slices of the program do not grow with depth."""
+    programs = {depth: _step_program(depth, True) for depth in (2, 6)}
+    slices = {depth: text.count("stablehlo.slice ") for depth, text in programs.items()}
+    assert slices[2] == slices[6], slices
+    assert all("stablehlo.dynamic_slice" in text for text in programs.values())
+
+
 def test_steady_steps_compile_nothing():
     torch.manual_seed(0)
     model = Stack(3, scan=True).to(DEV)

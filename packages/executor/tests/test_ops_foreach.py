@@ -263,3 +263,41 @@ def test_clip_grad_norm_foreach():
     before = fallback_counts()
     check(clip, params, grads)
     assert not [n for n in _grown(before) if n.startswith("aten::_foreach")]
+
+
+# -- equal numbers of a list --------------------------------------------------------------
+
+
+def test_equal_numbers_of_a_list_share_one_parameter():
+    """A foreach op's number list (AdamW's bias corrections: one per tensor, all equal)
+    takes one scalar parameter per distinct value, so each tensor's update is the same
+    computation (XLA compiles identical kernels once); values stay exact, and a list
+    whose numbers stop being equal is one more compile, after which changing them
+    compiles nothing."""
+    from lazax import executor as lx_exec  # noqa: PLC0415
+    from lazax import ir  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(0)
+    cpu = [torch.randn(4, 3, generator=g) for _ in range(6)]
+    dev = [t.to("lazax") for t in cpu]
+    lx_exec.sync()
+    graphs = []
+
+    def step(numbers):
+        torch._foreach_mul_(cpu, numbers)
+        torch._foreach_mul_(dev, numbers)
+        before = lx_exec.metrics.counter_value("UncachedCompile") or 0
+        lx_exec.sync()
+        for c, d in zip(cpu, dev, strict=True):
+            torch.testing.assert_close(d.cpu(), c, rtol=0, atol=0)
+        scalars = [p for p in graphs[-1].parameters if p.op == ir.SCALAR]
+        return len(scalars), (lx_exec.metrics.counter_value("UncachedCompile") or 0) - before
+
+    lx_exec.EXECUTOR.graph_hooks.append(lambda name, graph: graphs.append(graph))
+    try:
+        assert step([0.5] * 6)[0] == 1
+        assert step([0.25] * 6) == (1, 0)  # another value, the same program
+        assert step([0.5, 0.25, 0.5, 0.5, 2.0, 0.25]) == (3, 1)  # no longer all equal
+        assert step([0.75, 1.5, 0.75, 0.75, 3.0, 1.5]) == (3, 0)
+    finally:
+        lx_exec.EXECUTOR.graph_hooks.pop()

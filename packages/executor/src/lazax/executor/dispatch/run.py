@@ -6,7 +6,14 @@ meta kernel on a spec-cache hit):
    scalars in torch ``Scalar`` slots other than 0 and +-1, which become scalar
    parameters). A CPU tensor with dimensions raises torch's device-mismatch error, and
    so do tensors on two lazax devices (checked only once one lives off ``lazax:0``;
-   the outputs live where the operands do).
+   the outputs live where the operands do). Equal numbers of one number list (a
+   ``Scalar[]``: the per-tensor values of a ``_foreach_*`` op, bit for bit equal) share
+   one scalar parameter. Why: XLA's CPU compiler emits one kernel for identical fused
+   computations, and each tensor's update of AdamW's foreach path read its own element
+   of the numbers (its bias corrections, all equal), which made every update a kernel of
+   its own to compile (24 layers of 12 parameters: 1,095 kernels; 518 with the numbers
+   shared). The price: a list whose numbers become equal, or stop being equal, is
+   another graph, compiled once more.
 2. Build one IR node (its hash from the cached base hash and the operands' hashes) and
    the output tensors; in-place ops write into their first argument (through views).
 3. In eager mode, run the op's new values at once (``EXECUTOR.run_new``) and hand out
@@ -51,8 +58,9 @@ def _device_mismatch(t: torch.Tensor) -> RuntimeError:
     )
 
 
-def _scan(value, slot: int, operands: list):
-    """Key for one argument; appends its operands (see step 2)."""
+def _scan(value, slot: int, operands: list, lists: list | None = None):
+    """Key for one argument; appends its operands (see step 2), and to ``lists`` the
+    ``(start, end)`` of the operands a number list (``Scalar[]``) added."""
     t = type(value)
     if t is LazyTensor:
         operands.append(value)
@@ -68,7 +76,11 @@ def _scan(value, slot: int, operands: list):
         return (bool, value)
     if t is list or t is tuple:
         inner = SCALAR_SLOT if slot == LIST_SLOT else 0
-        return tuple([_scan(v, inner, operands) for v in value])
+        start = len(operands)
+        key = tuple([_scan(v, inner, operands) for v in value])
+        if inner and lists is not None and len(operands) - start > 1:
+            lists.append((start, len(operands)))
+        return key
     if isinstance(value, torch.Tensor):
         if value.dim() == 0:  # 0-dim CPU tensors mix with device tensors, as for cuda
             lazy = upload(value)
@@ -76,6 +88,16 @@ def _scan(value, slot: int, operands: list):
             return lazy._lz_key
         raise _device_mismatch(value)
     return value
+
+
+def _listed(lists: list) -> dict:
+    """Operand position -> the parameters made so far for its number list, by value."""
+    out: dict = {}
+    for start, end in lists:
+        made: dict = {}
+        for k in range(start, end):
+            out[k] = made
+    return out
 
 
 def upload(cpu: torch.Tensor) -> LazyTensor:
@@ -134,6 +156,7 @@ def run_plan(
     mode (``run_in_place``), receives what to sync and what a failed check restores;
     ``device_index``: a factory's device (an op with tensor operands takes theirs)."""
     operands: list = []
+    lists: list = []
     slots = plan.slots
     key = []
     n_slots = len(slots)
@@ -142,10 +165,12 @@ def run_plan(
             operands.append(a)
             key.append(a._lz_key)
         else:
-            key.append(_scan(a, slots[i] if i < n_slots else 0, operands))
+            key.append(_scan(a, slots[i] if i < n_slots else 0, operands, lists))
     if kwargs:
         kw_slots = plan.kw_slots
-        key.append(tuple([(k, _scan(v, kw_slots.get(k, 0), operands)) for k, v in kwargs.items()]))
+        key.append(
+            tuple([(k, _scan(v, kw_slots.get(k, 0), operands, lists)) for k, v in kwargs.items()])
+        )
     key = tuple(key)
     info = plan.cache.get(key)
     if info is None or info is FALLBACK:
@@ -161,7 +186,8 @@ def run_plan(
     values = []
     scalar_dtypes = info.scalar_dtypes
     j = 0
-    for o in operands:
+    listed = _listed(lists) if lists else None
+    for k, o in enumerate(operands):
         if type(o) is LazyTensor:
             if o._lz_view is None:
                 values.append(o._lz_storage.value)
@@ -177,7 +203,14 @@ def run_plan(
                 scalar = np_type(o)
             except OverflowError:  # wrap like torch does (uint8 + 300)
                 scalar = np.asarray(o).astype(numpy_dtype(name))[()]
-            values.append(ir.scalar_parameter(name, scalar))
+            if listed is not None and k in listed:  # one parameter per value of a list
+                same = (name, scalar.tobytes())
+                parameter = listed[k].get(same)
+                if parameter is None:
+                    parameter = listed[k][same] = ir.scalar_parameter(name, scalar)
+                values.append(parameter)
+            else:
+                values.append(ir.scalar_parameter(name, scalar))
     if plan.random:
         values.append(_seed_parameter())
     node = ir.Node(info.node_op, tuple(values), info.attrs, info.specs, info.base_hash)
