@@ -4,7 +4,8 @@ torch_xla's own tests call, each answered by lazax's public API. Everything else
 an ``AttributeError`` names it rather than a made-up value.
 
 Contract:
-- ``_xla_runtime_is_initialized()``: lazax's runtime has started (a device was used).
+- ``_xla_runtime_is_initialized()``: lazax's runtime has started (a device was used);
+  ``_init_computation_client()`` starts it (the device module's ``init``).
 - ``_xla_get_all_devices()``: every device of the job as torch_xla's runtime names them
   (``"CPU:0"``, ...); ``_xla_get_default_device()``: ``"xla:0"`` (``lazax:0`` when lazax
   was imported first).
@@ -33,6 +34,7 @@ from ._sharded import sharding_type, spec_text, unwrap
 __all__ = [
     "_get_xla_sharding_spec",
     "_get_xla_sharding_type",
+    "_init_computation_client",
     "_xla_get_all_devices",
     "_xla_get_default_device",
     "_xla_increment_counter",
@@ -44,6 +46,10 @@ __all__ = [
 
 def _xla_runtime_is_initialized() -> bool:
     return bool(torch.get_device_module(_api.DEVICE_TYPE).is_initialized())
+
+
+def _init_computation_client() -> None:
+    torch.get_device_module(_api.DEVICE_TYPE).init()
 
 
 def _xla_get_all_devices() -> list[str]:

@@ -1,0 +1,67 @@
+"""torch_xla's dynamo surface beyond the ``openxla`` name: ``dynamo_backend2``, and what
+the bridge does with tensors that are not on the device (a warning per tensor; a graph
+all on the CPU runs there; tensors on two devices raise)."""
+
+import warnings
+
+import pytest
+import torch
+import torch_xla
+import torch_xla.debug.metrics as met
+from torch_xla import _XLAC
+from torch_xla._dynamo import dynamo_backend2
+
+
+def _f(x, y):
+    return torch.cos(x) * y + 1
+
+
+def test_dynamo_backend2_compiles_with_lazax_and_equals_the_cpu():
+    torch._dynamo.reset()
+    met.clear_all()
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    compiled = torch.compile(_f, backend=dynamo_backend2.dynamo_backend, fullgraph=True)
+    dev = torch_xla.device()
+    got = compiled(x.to(dev), y.to(dev))
+    assert got.device.type == dev.type
+    torch.testing.assert_close(got.cpu(), _f(x, y))
+    assert met.counter_value("DynamoExtractCompiledGraph") == 1
+
+
+def test_init_computation_client_leaves_the_runtime_started():
+    _XLAC._init_computation_client()
+    assert _XLAC._xla_runtime_is_initialized()
+
+
+def test_openxla_graph_on_the_cpu_warns_per_tensor_and_runs_there():
+    torch._dynamo.reset()
+    model = torch.nn.Linear(3, 2)
+    compiled = torch.compile(model, backend="openxla")
+    x = torch.randn(5, 3)
+    met.clear_all()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = compiled(x)
+    found = [str(w.message) for w in caught if "Found tensor with shape" in str(w.message)]
+    # weight, bias and the input, each named with its shape and device
+    assert sorted(found) == sorted(
+        f"Found tensor with shape {s} on cpu. Please move all tensors to xla device to "
+        "execute on XLA device."
+        for s in (torch.Size([2, 3]), torch.Size([2]), torch.Size([5, 3]))
+    )
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, model(x))
+    assert met.counter_value("DynamoExtractCompiledGraph") is None  # lazax not involved
+
+
+def test_openxla_graph_on_two_devices_raises_before_running():
+    # A convolution: dynamo's own device check (a Linear's) does not see it first.
+    torch._dynamo.reset()
+    model = torch.nn.Conv2d(3, 4, 3).to(torch_xla.device())
+    compiled = torch.compile(model, backend="openxla")
+    met.clear_all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match="found two different devices: xla:0 and cpu"):
+            compiled(torch.randn(1, 3, 8, 8))
+    assert met.metric_data("ExecuteTime") is None
