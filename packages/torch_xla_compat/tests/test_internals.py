@@ -88,12 +88,13 @@ def test_sharding_spec_in_xla_text():
 def test_mark_sharding_with_gradients_shards_value_and_gradient():
     if lx.global_device_count() < 2:
         pytest.skip("needs 2 devices")
-    mesh = xs.Mesh(range(2), (2,), ("x",))
-    w = torch.randn(4, 3, device=torch_xla.device(), requires_grad=True)
+    n = lx.global_device_count()
+    mesh = xs.Mesh(range(n), (n,), ("x",))
+    w = torch.randn(2 * n, 3, device=torch_xla.device(), requires_grad=True)
     y = xs.mark_sharding_with_gradients(w, mesh, ("x", None))
-    assert xlac._get_xla_sharding_spec(y).startswith("{devices=[2,1]")
+    assert xlac._get_xla_sharding_spec(y).startswith(f"{{devices=[{n},1]")
     (y * 2).sum().backward()
-    torch.testing.assert_close(w.grad.cpu(), torch.full((4, 3), 2.0))
+    torch.testing.assert_close(w.grad.cpu(), torch.full((2 * n, 3), 2.0))
 
 
 def test_env_var_names_and_utils(monkeypatch):
@@ -132,3 +133,30 @@ def test_short_metrics_report_keeps_the_named_entries():
     assert "UncachedCompile" not in default  # not in torch_xla's default list
     chosen = met.short_metrics_report(counter_names=["UncachedCompile"], metric_names=[])
     assert chosen.startswith("Counter: UncachedCompile\n") and "CompileTime" not in chosen
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_patched_linear_equals_f_linear_with_gradients(bias):
+    torch.manual_seed(0)
+    x0, w0 = torch.randn(2, 5, 3), torch.randn(4, 3)
+    b0 = torch.randn(4) if bias else None
+
+    def run(fn, device):
+        leaves = [t.detach().to(device).requires_grad_() for t in (x0, w0, b0) if t is not None]
+        y = fn(*leaves)
+        (y * torch.arange(4.0, device=device)).sum().backward()
+        return [y.detach().cpu()] + [t.grad.cpu() for t in leaves]
+
+    want = run(torch.nn.functional.linear, "cpu")
+    got = run(xs.XLAPatchedLinear.apply, torch_xla.device())
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_patched_linear_forward_of_a_module():
+    m = torch.nn.Linear(3, 2)
+    x = torch.randn(6, 3)
+    want = m(x)
+    m.to(torch_xla.device())
+    got = xs.xla_patched_nn_linear_forward(m, x.to(torch_xla.device()))
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)

@@ -146,6 +146,8 @@ def test_torch_xla_device_works_as_a_loader_device():
         ([1, 2], (2,), None, "Device IDs must be less than mesh size"),
         (range(2), (1, 2), ("a",), "Number of axis names"),
         (range(2), (1, 2), ("a", "a"), "Axis names must be unique"),
+        # a well-formed mesh over part of the job's devices: lx.Mesh takes it
+        (range(2), (1, 2), None, r"Number of device IDs \(2\) must match the global number"),
     ],
 )
 def test_mesh_refuses_in_torch_xla_words(ids, shape, names, words):

@@ -8,7 +8,8 @@ Contract:
   array; ``mesh.device_ids.tolist()`` lists them, as torch_xla's array does. A mesh
   torch_xla refuses raises its ``AssertionError`` with its words
   (device ids as many as the mesh's size, unique, below it; axis names one per
-  dimension, unique).
+  dimension, unique; the mesh over every device of the job: ``lx.Mesh`` takes part of
+  them, torch_xla's does not).
 - ``mark_sharding(t, mesh, partition_spec)``: ``lx.mark_sharding``; entries are None,
   an axis index or name, or a tuple of them; ``mesh`` None means the global mesh.
   Returns an ``XLAShardedTensor`` around ``t`` (``t`` itself is sharded in place; an
@@ -17,6 +18,7 @@ Contract:
 - ``get_1d_mesh(axis_name=None)``: every global device on one axis.
 - ``set_global_mesh(mesh)`` / ``get_global_mesh()`` (None until set).
 - ``MarkShardingFunction``, ``mark_sharding_with_gradients``, ``ShardingSpec``,
+  ``XLAPatchedLinear``, ``xla_patched_nn_linear_forward``,
   ``ShardingType``, ``XLAShard``, ``XLAShardedTensor``: ``xla_sharding``.
 """
 
@@ -31,9 +33,11 @@ from .xla_sharding import (
     MarkShardingFunction,
     ShardingSpec,
     ShardingType,
+    XLAPatchedLinear,
     XLAShard,
     XLAShardedTensor,
     mark_sharding_with_gradients,
+    xla_patched_nn_linear_forward,
 )
 
 __all__ = [
@@ -41,6 +45,7 @@ __all__ = [
     "Mesh",
     "ShardingSpec",
     "ShardingType",
+    "XLAPatchedLinear",
     "XLAShard",
     "XLAShardedTensor",
     "clear_sharding",
@@ -49,6 +54,7 @@ __all__ = [
     "mark_sharding",
     "mark_sharding_with_gradients",
     "set_global_mesh",
+    "xla_patched_nn_linear_forward",
 ]
 
 _GLOBAL: list = [None]
@@ -102,6 +108,10 @@ def _check(ids: list, shape: tuple, names) -> None:
             f"Number of axis names ({len(names)}) must match mesh dimensions ({len(shape)})"
         )
         assert len(set(names)) == len(names), f"Axis names must be unique: {names}"
+    count = lx.global_device_count()
+    assert size == count, (
+        f"Number of device IDs ({size}) must match the global number of devices ({count})"
+    )
 
 
 def get_1d_mesh(axis_name: str | None = None) -> Mesh:

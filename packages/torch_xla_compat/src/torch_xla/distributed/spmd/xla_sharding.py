@@ -9,6 +9,12 @@ Contract:
 - ``ShardingSpec(mesh, partition_spec, minibatch=False)``: ``can_apply(t)`` (one spec
   entry per dimension); called with a tensor, its ``lx.Sharding`` or None: what
   ``pl.MpDeviceLoader``'s ``input_sharding`` takes.
+- ``XLAPatchedLinear.apply(input, weight, bias=None)``: ``F.linear`` as an autograd
+  function whose forward and backward are einsums over the feature dimension, with no
+  transpose or flattening of the batch dimensions (torch_xla's reason: a sharding
+  annotation on the input survives an einsum, not a reshape); values and gradients
+  are ``F.linear``'s. ``xla_patched_nn_linear_forward(m, input)``: a module's
+  forward through it.
 - ``XLAShardedTensor``, ``XLAShard``, ``ShardingType``: ``torch_xla._sharded``'s (a
   sharded lazax tensor seen as its global value and its per-device shards).
 """
@@ -26,8 +32,10 @@ __all__ = [
     "ShardingSpec",
     "ShardingType",
     "XLAShard",
+    "XLAPatchedLinear",
     "XLAShardedTensor",
     "mark_sharding_with_gradients",
+    "xla_patched_nn_linear_forward",
 ]
 
 
@@ -74,3 +82,31 @@ class MarkShardingFunction(torch.autograd.Function):
 
 def mark_sharding_with_gradients(t, mesh, partition_spec):
     return MarkShardingFunction.apply(unwrap(t), mesh, tuple(partition_spec))
+
+
+class XLAPatchedLinear(torch.autograd.Function):
+    """``F.linear(input, weight, bias)`` through einsums, forward and backward."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias=None):
+        ctx.save_for_backward(input, weight)
+        ctx.has_bias = bias is not None
+        out = torch.einsum("...i,oi->...o", input, weight)
+        return out + bias if bias is not None else out
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, weight = ctx.saved_tensors
+        grad_input = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_input = torch.einsum("...o,oi->...i", grad, weight)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.einsum("...o,...i->oi", grad, input)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = torch.einsum("...o->o", grad)
+        return grad_input, grad_weight, grad_bias
+
+
+def xla_patched_nn_linear_forward(m, input):
+    """A ``torch.nn.Linear``'s forward through ``XLAPatchedLinear``."""
+    return XLAPatchedLinear.apply(input, m.weight, m.bias)
