@@ -9,10 +9,16 @@ are. So each op's math (dtype promotion, opmath, torch's formula) has one
 implementation. The ``.Tensor`` overloads of ``addcmul``/``addcdiv`` take a 1-D tensor
 holding one scalar per item. The in-place forms (``_foreach_add_.List``, ...) need no
 rule: the tensor layer runs these and writes each result back.
+
+Items of one call that have the same shapes, dtypes and non-array arguments are traced
+once: the item's math is a ``jax.jit`` function cached per such signature, called once
+per item. An optimizer's foreach over a deep model's parameters has hundreds of
+same-shaped items, and tracing each of them again made the lowering grow with depth.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -45,12 +51,57 @@ def _foreach(op, fn, per_item=()):
         outs = []
         for i, out in enumerate(ctx.out):
             item = [v[i] if n in listed else v for n, v in zip(names, values, strict=True)]
-            outs.append(fn(LoweringContext(out=(out,)), *item))
+            outs.append(_call_item(fn, out, item))
         return outs
 
     rule.__name__ = rule.__qualname__ = f"foreach_{op.name().split('::')[1]}"
     rule.__doc__ = f"``{op.name()}``: ``{fn.__name__}`` per item."
     return lowering(op)(rule)
+
+
+_ARRAY = object()  # where an item's array goes among its fixed arguments
+_ITEM_FUNCTIONS: dict = {}
+
+
+def _static_key(value):
+    """A cache key for a fixed argument that tells apart what ``==`` does not:
+    ``1``, ``1.0`` and ``True`` promote differently, ``0.0`` and ``-0.0`` differ."""
+    return (type(value), repr(value) if isinstance(value, float) else value)
+
+
+def _call_item(fn, out, item):
+    """``fn(LoweringContext(out=(out,)), *item)``, through the jitted function cached for
+    the item's signature: arrays by shape and dtype, every other argument by value."""
+    arrays = [a for a in item if isinstance(a, jax.Array)]
+    statics = tuple(_ARRAY if isinstance(a, jax.Array) else a for a in item)
+    shapes = tuple((a.shape, a.dtype) for a in arrays)
+    out = (tuple(out[0]), np.dtype(out[1]))
+    try:
+        key = (fn, out, shapes, tuple(_static_key(s) for s in statics))
+        jitted = _ITEM_FUNCTIONS.get(key)
+    except TypeError:  # an unhashable argument: trace this item on its own
+        return fn(LoweringContext(out=(out,)), *item)
+    if jitted is None:
+        if len(_ITEM_FUNCTIONS) > 4096:  # signatures of long-gone graphs
+            _ITEM_FUNCTIONS.clear()
+        jitted = _ITEM_FUNCTIONS[key] = _item_function(fn, out, statics)
+    return jitted(*arrays)
+
+
+def _item_function(fn, out, statics):
+    """``fn`` as a ``jax.jit`` function of the item's arrays (in order), with the other
+    arguments fixed as in ``statics``."""
+
+    def item(*arrays):
+        it = iter(arrays)
+        args = [next(it) if s is _ARRAY else s for s in statics]
+        return fn(LoweringContext(out=(out,)), *args)
+
+    item.__name__ = item.__qualname__ = f"foreach_{fn.__name__}"
+    # Inlined: the cached trace is copied into the graph's, which JAX lowers faster
+    # than a call per item (measured: python-side compile of 24 scanned layers' step,
+    # 11.3 s per item traced, 8.5 s as calls, 6.8 s inlined, under cProfile).
+    return jax.jit(item, inline=True)
 
 
 def _overloads(name, fn, overloads, per_item=()):
