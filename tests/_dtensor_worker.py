@@ -18,11 +18,15 @@ started with torchrun's variables and ``XLA_FLAGS`` giving each its one CPU devi
 - ``tensor_parallel``: ``parallelize_module`` with ``ColwiseParallel`` /
   ``RowwiseParallel`` on a two-layer MLP, AdamW, three steps on the whole batch, against
   the CPU model.
+- ``memory``: the lazax memory FSDP2 holds between steps (``lx.memory_allocated()``
+  after three steps and a ``sync(wait=True)``, less what was held before the model was
+  built), resharding after forward or not, beside the bytes of the sharded parameters.
 - ``partial``: ``redistribute`` from ``Partial`` (sum, avg) to ``Replicate`` and
   ``Shard``, and round trips between shardings of both dimensions.
 """
 
 import copy
+import gc
 import json
 import tempfile
 import time
@@ -195,6 +199,31 @@ def mixed(mesh, cpu_mesh, rank: int) -> dict:
     return out
 
 
+def memory(mesh, rank: int) -> dict:
+    out = {}
+    for reshard in (True, False):
+        gc.collect()
+        before = lx.memory_allocated()
+        torch.manual_seed(0)
+        model = sharded(mlp().to(lx.device()), mesh, reshard_after_forward=reshard)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        for step in range(3):
+            dtype, loss = half_step(model, opt, step, rank, lx.device())
+            lx.sync(wait=True)
+        del loss
+        gc.collect()
+        out[str(reshard)] = {
+            "held": lx.memory_allocated() - before,
+            "sharded_param_bytes": sum(
+                p.to_local().numel() * p.element_size() for p in model.parameters()
+            ),
+            "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "steps": sorted({str(s["step"].device) for s in opt.state.values()}),
+        }
+        del model, opt
+    return out
+
+
 def checkpoint(mesh, rank: int) -> dict:
     def build(seed: int):
         torch.manual_seed(seed)
@@ -314,6 +343,7 @@ def main() -> None:
     scenarios = {
         "dtensor": lambda: placements(mesh, rank),
         "fsdp2": lambda: fsdp2(mesh, rank),
+        "memory": lambda: memory(mesh, rank),
         "mixed": lambda: mixed(mesh, DeviceMesh.from_group(gloo, "cpu"), rank),
         "checkpoint": lambda: checkpoint(mesh, rank),
         "tensor_parallel": lambda: tensor_parallel(mesh),

@@ -330,3 +330,28 @@ def test_a_view_as_another_dtype_aliases_its_base(src, dst):
         cpu_view[0, 1] = 7
         torch.testing.assert_close(base.cpu(), cpu, rtol=0, atol=0)
     assert counter("aten::view.dtype") == before  # no CPU fallback
+
+
+def test_a_freed_storage_holds_no_memory_and_takes_the_next_write():
+    # FSDP2's reshard frees its all-gathered parameters (untyped_storage().resize_(0)),
+    # and writes them again before their next use: on lazax, ``Storage.free``.
+    import gc
+
+    from lazax.modes import memory_allocated
+
+    lx.sync(wait=True)
+    gc.collect()
+    before = memory_allocated()
+    flat = torch.ones(64, device=DEV) * 2  # pending, as an all-gather's copy-out is
+    square = flat.view(8, 8)
+    assert square.sum().item() == 128.0  # a view with IR cached over the base
+    lx.storage_of(flat).free()  # before the sync that would materialise it
+    lx.sync(wait=True)
+    gc.collect()
+    assert memory_allocated() == before  # nothing computed, nothing held
+    flat.copy_(torch.arange(64.0, device=DEV))
+    torch.testing.assert_close(square.cpu(), torch.arange(64.0).view(8, 8))
+    assert memory_allocated() == before + 64 * 4
+    lx.storage_of(flat).free()  # materialised: its device data is let go
+    gc.collect()
+    assert memory_allocated() == before

@@ -3,10 +3,12 @@
 Contract: ``install()`` (called as the "lazax" process group is made) lets FSDP2 free
 and re-allocate an unsharded parameter's memory on lazax. FSDP2 does so through the
 torch storage (``untyped_storage().resize_``), which a lazax tensor does not own: its
-value is XLA's buffer, not a torch storage's memory. On lazax both are no-ops: the
-all-gather output keeps its value until the next all-gather writes it (in place, which
-its views, the unsharded parameters, see), so reshard-after-forward does not yet free
-device memory. Tensors of other devices keep torch's behaviour. It also registers
+value is XLA's buffer, not a torch storage's memory. On lazax a free is
+``Storage.free``: the all-gather output drops its device data or pending IR (the graph
+that read it keeps what it read) and no sync computes it, so between steps FSDP2 holds
+only sharded state; the re-allocation is a no-op, since the next all-gather writes the
+whole output (in place, which its views, the unsharded parameters, see). Tensors of
+other devices keep torch's behaviour. It also registers
 FSDP2's copy ops (``fsdp::all_gather_copy_in``, ``fsdp::split_with_sizes_copy``,
 ``fsdp::chunk_cat``, torch's semantics) as lazax views and copies, traced like any op,
 where they would otherwise run on the CPU fallback, and DTensor's own ops
@@ -43,6 +45,8 @@ def _alloc_storage(tensor: torch.Tensor) -> None:
 def _free_storage(tensor: torch.Tensor) -> None:
     if type(tensor) is not LazyTensor:
         _TORCH["free"](tensor)
+    else:
+        tensor._lz_storage.free()
 
 
 def _move_states_to_device(params, buffers, device) -> None:

@@ -17,7 +17,7 @@ from jax import lax
 
 from ._promotion import cast
 from ._registry import lowering
-from .pseudo import COPY_TO, OPTIMIZATION_BARRIER, VIEW_GATHER, VIEW_SCATTER
+from .pseudo import COPY_TO, FREED, OPTIMIZATION_BARRIER, VIEW_GATHER, VIEW_SCATTER
 
 aten = torch.ops.aten
 
@@ -112,6 +112,11 @@ def view_scatter(ctx, base, value, size, stride, offset):
 @lowering(COPY_TO)
 def copy_to(ctx, value, shape, dtype):
     return jnp.broadcast_to(cast(value, ctx.dtype), shape)
+
+
+@lowering(FREED)
+def freed(ctx):
+    return jnp.zeros(ctx.shape, ctx.dtype)
 
 
 @lowering(OPTIMIZATION_BARRIER)

@@ -7,6 +7,9 @@ lowered in this package (``views.py``, ``core.py``, ``sharding.py``).
 - ``lazax::optimization_barrier`` (``optimization_barrier``): the same value, which XLA
   may not merge with another computation of it (a checkpoint's recomputation).
 - ``lazax::shard`` (``sharding.SHARD_OP``): a sharding constraint.
+- ``lazax::freed`` (``freed``): the content of a storage whose memory was freed
+  (``Storage.free``). A sync of everything leaves it alone; read before the next write,
+  it lowers to zeros (torch's re-allocated memory holds whatever was there).
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from lazax import ir
 
 __all__ = [
     "COPY_TO",
+    "FREED",
     "OPTIMIZATION_BARRIER",
     "VIEW_GATHER",
     "VIEW_SCATTER",
     "contiguous_strides",
     "copy_to",
+    "freed",
     "optimization_barrier",
     "view_gather",
     "view_scatter",
@@ -29,6 +34,7 @@ VIEW_GATHER = "lazax::view_gather"
 VIEW_SCATTER = "lazax::view_scatter"
 COPY_TO = "lazax::copy_to"
 OPTIMIZATION_BARRIER = "lazax::optimization_barrier"
+FREED = "lazax::freed"
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -65,3 +71,8 @@ def copy_to(value: ir.Value, shape: tuple, dtype: str) -> ir.Value:
 def optimization_barrier(value: ir.Value) -> ir.Value:
     """``value``, behind a barrier XLA's optimizations do not see through."""
     return ir.Node(OPTIMIZATION_BARRIER, (value,), ((("%", 0),), ()), (value.spec,)).outputs[0]
+
+
+def freed(spec: ir.TensorSpec) -> ir.Value:
+    """What a freed storage of ``spec`` holds: no operand, so no device data kept."""
+    return ir.Node(FREED, (), ((), ()), (spec,)).outputs[0]

@@ -13,6 +13,9 @@ Contract:
   the IR that was run: a write made meanwhile (``set``, under ``COMMIT_LOCK``) wins.
 - A sync target (what a sync's result replaces) is a ``Storage`` or a view tensor:
   ``is_storage`` tells them apart.
+- ``free()`` gives up a storage's memory (its device data or pending work) until the
+  next write: it then holds ``lazax::freed``, which no sync of everything computes
+  (FSDP2's reshard frees the all-gathered parameters this way).
 - A storage lives on one device (``device_index``, ``lazax:N``); ``by_device`` groups
   storages into one graph per device. ``DEVICES_IN_USE.several`` turns true at the first
   storage off ``lazax:0``, and only then do per-op paths check devices.
@@ -24,6 +27,8 @@ import threading
 import weakref
 
 from lazax import ir
+
+from ..ops.pseudo import FREED, freed
 
 __all__ = [
     "COMMIT_LOCK",
@@ -81,6 +86,8 @@ class _PendingStorages:
             s = r()
             if s is not None and s.pending and id(s) not in seen:
                 seen.add(id(s))
+                if s.value.node.op == FREED:
+                    continue  # its memory was given up (``Storage.free``): nothing to keep
                 if REVERTED and REVERTED.get(s) is s.value:
                     continue  # put back by a failed check: only a read runs it again
                 live.append(s)
@@ -203,6 +210,17 @@ class Storage:
                 self._drop_view_ir()
             REVERTED[self] = pending
         return True
+
+    def free(self) -> None:
+        """Give up the memory: the storage holds ``lazax::freed`` (no device data, no
+        pending work), which ``sync()`` of everything leaves alone; the next write gives
+        it content again (torch's ``untyped_storage().resize_(0)``, FSDP2's reshard)."""
+        value = freed(self.spec)
+        with COMMIT_LOCK:
+            self.value = value
+            self.version += 1
+            if self.views is not None:
+                self._drop_view_ir()
 
     @property
     def pending(self) -> bool:

@@ -39,6 +39,7 @@ from lazax import pjrt
 
 from ..barrier.executor import EXECUTOR
 from ..config import DEVICE_NAME
+from ..ops.pseudo import FREED
 from ..state.storage import PENDING
 
 __all__ = ["Event", "Stream", "current_index", "idle", "set_index", "started", "synchronize"]
@@ -77,7 +78,10 @@ def synchronize() -> None:
 
 
 def _pending() -> bool:
-    return any((s := ref()) is not None and s.pending for ref in list(PENDING.refs))
+    return any(
+        (s := ref()) is not None and s.pending and s.value.node.op != FREED
+        for ref in list(PENDING.refs)
+    )
 
 
 def _running() -> list:
