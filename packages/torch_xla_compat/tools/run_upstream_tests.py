@@ -5,7 +5,8 @@ mirror (``--mirror``, default ``/work/.mirror/pytorch+xla/repo``) into a fresh t
 directory, runs each file with pytest there (one process per file, with a timeout) and
 prints ``passed / collected`` per file and in total. Nothing of pytorch/xla is written
 into this repository. Extra import paths (``--deps``, e.g. a ``pip install --target``
-folder with ``absl-py``, which some files import) are put on ``PYTHONPATH``.
+folder with ``absl-py``, and torchvision 0.16.2 for ``dynamo/test_dynamo.py``: see
+docs/torch_xla.md) are put on ``PYTHONPATH``.
 
     python packages/torch_xla_compat/tools/run_upstream_tests.py --deps /tmp/xla_deps
 """
