@@ -216,6 +216,33 @@ def test_a_steady_lazy_step_writes_over_parameters_and_both_moments():
     assert batch == _pointers([x, y]) and not batch & after
 
 
+def _pointer_list(tensors):
+    return [lx_exec.storage_of(t).value.data.unsafe_buffer_pointer() for t in tensors]
+
+
+@pytest.mark.parametrize("mode", ["lazy", "compile"])
+def test_each_donated_buffer_takes_its_own_tensors_new_value(mode):
+    # jax pairs donated inputs with outputs by shape and dtype, in order. Paired with
+    # another tensor's value (a parameter's buffer taking its gradient), XLA must copy
+    # the parameter before the gradient overwrites it: a copy of the state each step.
+    # The program returns the roots so that each buffer takes its own tensor's value.
+    torch.manual_seed(0)
+    model = MLP(8, 8, 8).to(DEV)  # square weights: a gradient fits a parameter's buffer
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = make_batch(16, 8, 8, 0)
+    x, y = x.to(DEV), y.to(DEV)
+
+    def state():
+        moments = [opt.state[p][k] for p in model.parameters() for k in ("exp_avg", "exp_avg_sq")]
+        return [*model.parameters(), *moments]
+
+    for _ in range(2):
+        run_mode(mode, lambda: _mlp_step(model, opt, x, y))
+    before = _pointer_list(state())
+    run_mode(mode, lambda: _mlp_step(model, opt, x, y))
+    assert _pointer_list(state()) == before
+
+
 def test_a_failed_execution_after_donation_was_decided_loses_nothing():
     torch.manual_seed(0)
     ref = MLP(8, 16, 3)

@@ -48,14 +48,16 @@ __all__ = ["CompileStage", "Program"]
 
 class Program:
     """What the executor keeps with an executable (its ``annotations``): the
-    device-side checks its last output flags (None: none), and how a run's parameters
-    become its arguments (``arguments.Packing``)."""
+    device-side checks its last output flags (None: none), how a run's parameters
+    become its arguments (``arguments.Packing``), and where each root is among its
+    outputs (``lower``'s ``fn.positions``; None: in order)."""
 
-    __slots__ = ("checks", "packing")
+    __slots__ = ("checks", "packing", "positions")
 
-    def __init__(self, checks, packing) -> None:
+    def __init__(self, checks, packing, positions=None) -> None:
         self.checks = checks
         self.packing = packing
+        self.positions = positions
 
 
 class CompileStage:
@@ -239,7 +241,7 @@ class CompileStage:
         seconds = perf_counter() - start
         metrics.record_compile(name or "unnamed", seconds)
         # The device-side checks the trace found (``lower``): one more output.
-        entry.annotations = Program(list(fn.checks) or None, packing)
+        entry.annotations = Program(list(fn.checks) or None, packing, fn.positions)
         self.cache.put(key, entry)
         self.map_guard.after_compile(self.cache, self.runtime)
         if dumps.directory is not None:

@@ -16,6 +16,12 @@ donation is off. An input is donated only when
 keeps no IR: of the inputs it writes (their storages' device-data leaves), those whose
 leaf only its storage holds (no other tensor's IR) and whose buffer only that leaf holds
 (no second storage over it). The replay compiles one executable per pattern.
+``output_order(graph, donate, targets)`` is the order the program should return the
+roots in so that each donated input is written over by the new value of the storage that
+held it: jax pairs the k-th donated input of a shape and dtype with the k-th output of
+that shape and dtype, and a donated buffer paired with an output computed before the
+input's last read makes XLA copy the input first (at 24 layers, a copy of almost every
+parameter and optimizer state, each step). None when the roots' order already pairs them.
 ``LAZAX_DONATION=0`` turns donation off (``EXECUTOR.donation``), for debugging.
 The caller holds ``EXECUTOR.sync_lock`` from the decision until the results have
 replaced the targets' IR, and every op holds it while it reads IR (``dispatch``): no
@@ -29,7 +35,7 @@ from lazax import ir
 from ..config import settings
 from ..state.storage import StaleView, is_storage
 
-__all__ = ["DonationPolicy"]
+__all__ = ["DonationPolicy", "output_order"]
 
 
 class DonationPolicy:
@@ -70,6 +76,39 @@ class DonationPolicy:
         if leaf_counts is None or buffer_counts is None:
             return (False,) * len(leaves)
         return tuple(leaf == buffer == 1 for leaf, buffer in zip(leaf_counts, buffer_counts))
+
+
+def output_order(graph: ir.Graph, donate: tuple[int, ...], targets) -> list[int] | None:
+    """Root indices in the order the program returns them (see the module's contract).
+    Called on a compile only: the executable keeps the order."""
+    if not donate:
+        return None
+    params = graph.parameters
+    index_of = {id(params[i]): i for i in donate}
+    wanted: dict[int, int] = {}  # donated input -> the root that replaces its storage
+    for k, t in enumerate(targets):
+        i = index_of.get(t.leaf_id) if is_storage(t) else None
+        if i is not None and graph.roots[k].spec == params[i].specs[0]:
+            wanted[i] = k
+    if not wanted:
+        return None
+    claimed = set(wanted.values())
+    free: dict = {}  # spec -> roots no donated input asks for, in order
+    for k, r in enumerate(graph.roots):
+        if k not in claimed:
+            free.setdefault(r.spec, []).append(k)
+    first = []
+    for i in donate:  # ascending: the order jax takes donated inputs in
+        k = wanted.get(i)
+        if k is None:
+            spare = free.get(params[i].specs[0])
+            if not spare:
+                continue
+            k = spare.pop(0)
+        first.append(k)
+    placed = set(first)
+    order = first + [k for k in range(len(graph.roots)) if k not in placed]
+    return None if order == list(range(len(order))) else order
 
 
 def _output_specs(graph: ir.Graph) -> dict:

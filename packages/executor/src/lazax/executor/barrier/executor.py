@@ -48,7 +48,7 @@ from .checks import CHECKS
 from .collective_cut import PENDING_COLLECTIVES, CutKeys, run_cut
 from .compile import CompileStage
 from .debug import unexpected_execution, user_location, user_site
-from .donation import DonationPolicy
+from .donation import DonationPolicy, output_order
 from .execute import execute
 from .keys import GraphFacts
 from .lower import lower
@@ -329,7 +329,7 @@ class GraphExecutor:
                 try:
                     entry = compiler.compile(
                         key,
-                        lambda: lower(graph),
+                        lambda: lower(graph, output_order(graph, donate, targets)),
                         timer="EagerOpCompileTime" if eager else "CompileTime",
                         arg_shardings=placed[1] if placed is not None else None,
                         donate=donate,
@@ -365,8 +365,12 @@ class GraphExecutor:
                 what=self._describe_for_oom,
                 graph=graph,
             )
-            results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
-            checks = entry.annotations.checks
+            program = entry.annotations
+            ordered = outputs
+            if program.positions is not None:  # (donation.output_order)
+                ordered = [outputs[p] for p in program.positions]
+            results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, ordered)]
+            checks = program.checks
             if checks:  # device-side checks: the flags are the last output
                 reached = graph.reached
                 sites = [(reached[p].op, reached[p].data) for p, _, _ in checks]

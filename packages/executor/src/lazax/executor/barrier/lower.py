@@ -1,11 +1,13 @@
 """Lowering a graph: IR nodes -> one jax function, ready for ``runtime.compile``.
 
 Contract: ``lowered_text(graph)`` is the StableHLO of the graph's program, as the
-compile stage hands it to XLA (for tests and debugging). ``lower(graph)`` returns
-``(fn, arg_specs)``. ``fn(*args)`` takes the graph's
+compile stage hands it to XLA (for tests and debugging). ``lower(graph, order=None)``
+returns ``(fn, arg_specs)``. ``fn(*args)`` takes the graph's
 parameters as ``fn.packing`` (``arguments.Packing``) arranges them (device data one by
 one, Python numbers packed in one array per dtype) and returns the roots' values, in
-order; ``arg_specs`` are those arguments' ``(shape, dtype name)``. The function keeps
+order, or in ``order`` (root indices; ``donation.output_order``), and then
+``fn.positions[k]`` is where root ``k`` is among the outputs (None: in order);
+``arg_specs`` are those arguments' ``(shape, dtype name)``. The function keeps
 no reference to IR nodes (a cached executable must not keep a graph alive): each node is
 turned into a small instruction (rule, attributes, operand slots) first.
 
@@ -122,7 +124,7 @@ def _read_outputs(graph: ir.Graph) -> dict[int, set[int]]:
     return read
 
 
-def lower(graph: ir.Graph):
+def lower(graph: ir.Graph, order: list[int] | None = None):
     slot_of: dict[int, int] = {}
     for i, p in enumerate(graph.parameters):
         slot_of[id(p)] = i
@@ -144,6 +146,12 @@ def lower(graph: ir.Graph):
         slot_of[id(node)] = next_slot
         next_slot += 1
     roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
+    positions = None
+    if order is not None:
+        roots = [roots[k] for k in order]
+        positions = [0] * len(order)
+        for position, k in enumerate(order):
+            positions[k] = position
     packing = Packing(graph.parameters)
     per_process = any(instr[0].collective for instr, *_ in program)
 
@@ -163,6 +171,7 @@ def lower(graph: ir.Graph):
 
     fn.checks = []
     fn.packing = packing
+    fn.positions = positions
     fn.per_process = per_process
     return fn, packing.arg_specs
 

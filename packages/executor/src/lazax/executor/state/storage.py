@@ -140,7 +140,7 @@ class StaleView:
 class Storage:
     """The base buffer that a tensor and all its views share."""
 
-    __slots__ = ("value", "version", "spec", "device_index", "views", "__weakref__")
+    __slots__ = ("value", "version", "spec", "device_index", "views", "leaf_id", "__weakref__")
 
     def __init__(self, value: ir.Value, device_index: int = 0) -> None:
         self.value = value
@@ -150,7 +150,13 @@ class Storage:
         if device_index:
             DEVICES_IN_USE.several = True
         self.views: list | None = None  # weak references to the views over it
-        if value.node.op != ir.DEVICE_DATA:
+        node = value.node
+        # The id of the device-data node it last held (from creation or a sync), never
+        # a reference: a sync that donates that node's buffer writes this storage's new
+        # value over it (``donation.output_order``); a stale id only costs a copy.
+        self.leaf_id = id(node)
+        if node.op != ir.DEVICE_DATA:
+            self.leaf_id = 0
             PENDING.add(self)
 
     def add_view(self, t) -> None:
@@ -189,6 +195,7 @@ class Storage:
             if self.value is not pending:
                 return False
             self.value = result
+            self.leaf_id = id(result.node)
             if bump:
                 self.version += 1
                 if self.views is not None:
