@@ -220,7 +220,7 @@ def _pointer_list(tensors):
     return [lx_exec.storage_of(t).value.data.unsafe_buffer_pointer() for t in tensors]
 
 
-@pytest.mark.parametrize("mode", ["lazy", "compile"])
+@pytest.mark.parametrize("mode", ["lazy", "compile", "dynamo"])
 def test_each_donated_buffer_takes_its_own_tensors_new_value(mode):
     # jax pairs donated inputs with outputs by shape and dtype, in order. Paired with
     # another tensor's value (a parameter's buffer taking its gradient), XLA must copy
@@ -236,10 +236,21 @@ def test_each_donated_buffer_takes_its_own_tensors_new_value(mode):
         moments = [opt.state[p][k] for p in model.parameters() for k in ("exp_avg", "exp_avg_sq")]
         return [*model.parameters(), *moments]
 
-    for _ in range(2):
-        run_mode(mode, lambda: _mlp_step(model, opt, x, y))
+    if mode == "dynamo":  # the whole step, replayed: its writes are the mutated inputs
+        compiled = torch.compile(lambda: _mlp_step(model, opt, x, y), backend="lazax")
+
+        def step():
+            compiled()
+            lx.sync()
+    else:
+
+        def step():
+            run_mode(mode, lambda: _mlp_step(model, opt, x, y))
+
+    for _ in range(3):
+        step()
     before = _pointer_list(state())
-    run_mode(mode, lambda: _mlp_step(model, opt, x, y))
+    step()
     assert _pointer_list(state()) == before
 
 

@@ -224,10 +224,25 @@ class Replay:
         self.mutated_slots = [(slot, i) for slot, i in self.storage_slots if i in mutated]
         # What an eviction needs to compile again: the lowered function, never the IR
         # (which holds the first call's buffers).
-        self.lowered = lower(graph) if roots else None
+        self.lowered = lower(graph, self._output_order()) if roots else None
         # The donation patterns this replay compiled (the first call compiles its own:
         # which mutated inputs it may donate is known only from that call's arguments).
         self.compiled: set[tuple] = set()
+
+    def _output_order(self) -> list[int] | None:
+        """The written inputs' new values first, in the order of their slots, then the
+        new outputs: jax gives the k-th donated input of a shape and dtype the k-th
+        output of that shape and dtype, so with every written input donated, each
+        buffer takes its own tensor's new value (see ``donation.output_order``); paired
+        with another output, XLA would copy the input first."""
+        if not self.mutated_slots:
+            return None
+        slot_of = {i: slot for slot, i in self.mutated_slots}
+        # (A written input whose old value the graph does not read is no input.)
+        read = [k for k, arg in enumerate(self.mutated, self.new_count) if arg in slot_of]
+        read.sort(key=lambda k: slot_of[self.mutated[k - self.new_count]])
+        first = set(read)
+        return read + [k for k in range(len(self.root_specs)) if k not in first]
 
     def _key(self, donate: tuple = ()):
         shardings = None if self.placement is None else self.placement[0]
@@ -308,6 +323,9 @@ class Replay:
         if entry is None:  # a replay's hits are not counted: it runs by hash every call
             entry = self._compile(key, donate)
         buffers = execute(runtime, entry, params, donated=len(donate), what=self._what)
+        positions = entry.annotations.positions
+        if positions is not None:  # (_output_order); device-side check flags stay last
+            buffers = [buffers[p] for p in positions] + list(buffers[len(positions) :])
         checks = entry.annotations.checks
         if checks:  # the results stay (see lazax.executor.barrier.checks)
             sites = [self.sites.get(p, ("?", None)) for p, _, _ in checks]
