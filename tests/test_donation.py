@@ -190,17 +190,23 @@ def _pointers(tensors):
     return {lx_exec.storage_of(t).value.data.unsafe_buffer_pointer() for t in tensors}
 
 
-def test_a_steady_lazy_step_writes_over_parameters_and_both_moments():
+def _mlp_and_adamw(hidden: int):
+    """An MLP on lazax, its AdamW, a batch, and a function listing the training state
+    (parameters, then both moments of each)."""
     torch.manual_seed(0)
-    model = MLP(8, 16, 8).to(DEV)
+    model = MLP(8, hidden, 8).to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     x, y = make_batch(16, 8, 8, 0)
-    x, y = x.to(DEV), y.to(DEV)
 
     def state():
         moments = [opt.state[p][k] for p in model.parameters() for k in ("exp_avg", "exp_avg_sq")]
         return [*model.parameters(), *moments]
 
+    return model, opt, x.to(DEV), y.to(DEV), state
+
+
+def test_a_steady_lazy_step_writes_over_parameters_and_both_moments():
+    model, opt, x, y, state = _mlp_and_adamw(16)
     for step in range(3):
         _mlp_step(model, opt, x, y)
         lx.sync()
@@ -226,16 +232,8 @@ def test_each_donated_buffer_takes_its_own_tensors_new_value(mode):
     # another tensor's value (a parameter's buffer taking its gradient), XLA must copy
     # the parameter before the gradient overwrites it: a copy of the state each step.
     # The program returns the roots so that each buffer takes its own tensor's value.
-    torch.manual_seed(0)
-    model = MLP(8, 8, 8).to(DEV)  # square weights: a gradient fits a parameter's buffer
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
-    x, y = make_batch(16, 8, 8, 0)
-    x, y = x.to(DEV), y.to(DEV)
-
-    def state():
-        moments = [opt.state[p][k] for p in model.parameters() for k in ("exp_avg", "exp_avg_sq")]
-        return [*model.parameters(), *moments]
-
+    # Square weights: a gradient fits another parameter's buffer.
+    model, opt, x, y, state = _mlp_and_adamw(8)
     if mode == "dynamo":  # the whole step, replayed: its writes are the mutated inputs
         compiled = torch.compile(lambda: _mlp_step(model, opt, x, y), backend="lazax")
 
