@@ -37,6 +37,24 @@ def test_the_rng_state_round_trips_every_seed_torch_takes(seed):
     torch.testing.assert_close(torch.randn(8, device=DEV).cpu(), a, rtol=0, atol=0)
 
 
+def test_the_rng_state_is_cuda_s_philox_layout_whose_offset_moves_the_draws():
+    # torch's DTensor reads and sets state[8:].view(int64) (the offset) so that each
+    # shard of a random op draws its own part; lazax's counter is that offset.
+    torch.manual_seed(5)
+    state = torch.lazax.get_rng_state()
+    assert state.dtype == torch.uint8 and state.shape == (16,)
+    assert state[:8].view(torch.int64).item() == 5 and state[8:].view(torch.int64).item() == 0
+    torch.randn(4, device=DEV)
+    assert torch.lazax.get_rng_state()[8:].view(torch.int64).item() == 1
+    moved = state.clone()
+    moved[8:] = torch.tensor([1], dtype=torch.int64).view(torch.uint8)
+    torch.lazax.set_rng_state(moved)
+    second = torch.randn(4, device=DEV).cpu()
+    torch.lazax.set_rng_state(state)
+    torch.randn(4, device=DEV)
+    torch.testing.assert_close(torch.randn(4, device=DEV).cpu(), second, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_normal_and_uniform(no_fallback, dtype):
     x = torch.empty(N, dtype=dtype, device=DEV)

@@ -269,7 +269,8 @@ def save(data, file_or_path, master_only: bool = True, global_master: bool = Fal
 def get_rng_state(device=None) -> int:
     """The device RNG's state as one int (``seed + counter * 2**64``)."""
     state = torch.get_device_module(_api.DEVICE_TYPE).get_rng_state()
-    seed, counter = (int(v) for v in state.tolist())
+    # 16 bytes (CUDA's philox layout): the seed, then the counter, as two int64s.
+    seed, counter = (int(v) for v in state.view(torch.int64).tolist())
     return (seed & _MASK64) | (counter << 64)
 
 

@@ -32,12 +32,19 @@ class _RngState:
         return mixed
 
     def get_state(self) -> torch.Tensor:
-        # The 64-bit seed as int64's two's complement: torch.manual_seed takes seeds up
-        # to 2**64 - 1, which an int64 tensor cannot hold as they are.
+        """16 bytes, laid out as CUDA's philox state: the 64-bit seed, then the counter
+        as int64 (``state[8:].view(torch.int64)``). torch's DTensor reads and moves that
+        offset so that each shard of a random op draws its own part
+        (``torch.distributed.tensor._random``); here the counter is what it moves."""
+        # The seed as int64's two's complement: torch.manual_seed takes seeds up to
+        # 2**64 - 1, which an int64 cannot hold as they are.
         seed = self.seed - (1 << 64) if self.seed >= 1 << 63 else self.seed
-        return torch.tensor([seed, self.counter], dtype=torch.int64)
+        return torch.tensor([seed, self.counter], dtype=torch.int64).view(torch.uint8)
 
     def set_state(self, state: torch.Tensor) -> None:
+        """``get_state()``'s 16 bytes, or the same pair as two int64s."""
+        if state.dtype == torch.uint8:
+            state = state.contiguous().view(torch.int64)
         seed, counter = (int(v) for v in state.tolist())
         self.seed, self.counter = seed & 0xFFFF_FFFF_FFFF_FFFF, counter
 
