@@ -220,3 +220,38 @@ def test_torchrun_launches_the_fsdp2_example_equal_to_the_cpu():
     torch.testing.assert_close(losses, expected, rtol=1e-5, atol=0)
     # The norm of every process's gradient shards together, as torch's of the whole.
     torch.testing.assert_close(norms, expected_norms, rtol=1e-5, atol=0)
+
+
+def test_fully_shard_under_lx_compile_trains_equal_to_the_cpu(ran):
+    for result in ran:
+        got = result["compiled"]
+        torch.testing.assert_close(got["losses"], got["ref_losses"], rtol=1e-4, atol=0)
+        assert got["error"] < 1e-5, got["error"]
+        # Each call is one program, its all-gathers and reduce-scatters inside, never cut.
+        assert got["programs"] == [1, 1, 1, 1] and got["cuts"] == 0, got
+        # Compiled: the first call's program only. The second call's graph (AdamW's
+        # state, made by the first, now an input) is the lazy-mode "fsdp2" scenario's
+        # steady step, traced the same and compiled there already (run alone, this
+        # scenario compiles [1, 1, 0, 0]); the lazy scenario's first step also placed
+        # the shards, so this first graph is new. Steady calls compile nothing.
+        assert got["compiles"] == [1, 0, 0, 0], got["compiles"]
+        assert result["fallbacks"]["compiled"] == {}
+
+
+def test_meta_device_init_after_fully_shard_trains(ran):
+    for result in ran:
+        reset = result["meta_init"]["reset"]
+        # reset_parameters() drew each shard on lazax, through DTensor's RNG tracker:
+        # in Linear's bounds, and the two processes' rows differ (each drew its own part
+        # of the whole tensor's numbers, not the same numbers twice).
+        assert reset["kind"] == "DTensor" and reset["local_shape"] == [8, 16]
+        assert reset["local_device"] == "lazax:0"
+        assert 0.2 < reset["bound"] <= 0.25 and reset["halves_differ"]
+        # Four steps on one batch: the loss falls every step.
+        losses = reset["losses"]
+        assert all(b < a for a, b in zip(losses, losses[1:])), losses
+        # Initialized from a CPU reference of the same seed: training equals the CPU's.
+        copied = result["meta_init"]["copied"]
+        torch.testing.assert_close(copied["losses"], copied["ref_losses"], rtol=1e-4, atol=0)
+        assert copied["error"] < 1e-5, copied["error"]
+    assert ran[0]["meta_init"] == ran[1]["meta_init"]
