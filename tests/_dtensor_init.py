@@ -6,6 +6,8 @@ this process too (the oracle).
 
 - ``compiled``: four steps with the step wrapped in ``lx.compile``; losses, parameters
   and the programs compiled (``UncachedCompile``) and run (``ExecuteTime``) per call.
+- ``dynamo``: the same four steps with each block compiled by dynamo
+  (``block.compile(backend="lazax")``), FSDP2's hooks outside the compiled frames.
 - ``meta_init``: the model built under ``torch.device("meta")``, ``fully_shard``-ed,
   ``to_empty(device=lx.device())``, then initialized either by ``reset_parameters()``
   on the sharded DTensor parameters (DTensor's RNG tracker over lazax's generator), or
@@ -16,12 +18,13 @@ import copy
 
 import torch
 import torch.distributed as dist
+from torch._dynamo.utils import counters
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import distribute_tensor
 
 import lazax.modes as lx
 
-__all__ = ["compiled", "meta_init"]
+__all__ = ["compiled", "dynamo", "meta_init"]
 
 
 def _mlp() -> torch.nn.Module:
@@ -103,6 +106,20 @@ def compiled(mesh, rank: int) -> dict:
     cuts = _counter("CollectiveGraphCuts")
     out = _train(model, reference, rank, 4, step_fn=lx.compile)
     out["cuts"] = _counter("CollectiveGraphCuts") - cuts
+    return out
+
+
+def dynamo(mesh, rank: int) -> dict:
+    """Each block compiled by dynamo after ``fully_shard`` (TorchTitan's way): dynamo
+    skips FSDP2's hooks, which run as in lazy mode around each block's compiled
+    forward (its backward through AOT autograd)."""
+    torch.manual_seed(0)
+    reference = _mlp()
+    model = _sharded(copy.deepcopy(reference).to(lx.device()), mesh)
+    for block in model:
+        block.compile(backend="lazax")
+    out = _train(model, reference, rank, 4)
+    out["dynamo"] = {k: dict(v) for k, v in counters.items() if k in ("frames", "graph_break")}
     return out
 
 

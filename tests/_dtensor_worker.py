@@ -21,8 +21,9 @@ started with torchrun's variables and ``XLA_FLAGS`` giving each its one CPU devi
 - ``memory``: the lazax memory FSDP2 holds between steps (``lx.memory_allocated()``
   after three steps and a ``sync(wait=True)``, less what was held before the model was
   built), resharding after forward or not, beside the bytes of the sharded parameters.
-- ``compiled`` and ``meta_init`` (``_dtensor_init.py``): the FSDP2 step under
-  ``lx.compile``; the model built on the meta device, sharded, then initialized.
+- ``compiled``, ``meta_init`` and ``dynamo`` (``_dtensor_init.py``): the FSDP2 step
+  under ``lx.compile``; the model built on the meta device, sharded, then initialized;
+  each block compiled by dynamo.
 - ``partial``: ``redistribute`` from ``Partial`` (sum, avg) to ``Replicate`` and
   ``Shard``, and round trips between shardings of both dimensions.
 """
@@ -36,7 +37,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from _dtensor_init import compiled, meta_init  # beside this script
+from _dtensor_init import compiled, dynamo, meta_init  # beside this script
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -348,6 +349,7 @@ def main() -> None:
         "fsdp2": lambda: fsdp2(mesh, rank),
         "compiled": lambda: compiled(mesh, rank),
         "meta_init": lambda: meta_init(mesh, rank),
+        "dynamo": lambda: dynamo(mesh, rank),
         "memory": lambda: memory(mesh, rank),
         "mixed": lambda: mixed(mesh, DeviceMesh.from_group(gloo, "cpu"), rank),
         "checkpoint": lambda: checkpoint(mesh, rank),

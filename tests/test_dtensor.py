@@ -255,3 +255,16 @@ def test_meta_device_init_after_fully_shard_trains(ran):
         torch.testing.assert_close(copied["losses"], copied["ref_losses"], rtol=1e-4, atol=0)
         assert copied["error"] < 1e-5, copied["error"]
     assert ran[0]["meta_init"] == ran[1]["meta_init"]
+
+
+def test_fully_shard_with_blocks_compiled_by_dynamo_trains_equal_to_the_cpu(ran):
+    for result in ran:
+        got = result["dynamo"]
+        torch.testing.assert_close(got["losses"], got["ref_losses"], rtol=1e-4, atol=0)
+        assert got["error"] < 1e-5, got["error"]
+        # dynamo compiled the blocks' frames, all of them, with no graph break (FSDP2's
+        # hooks are outside them); each step is still one program.
+        frames = got["dynamo"]["frames"]
+        assert frames["ok"] == frames["total"] > 0 and "graph_break" not in got["dynamo"]
+        assert got["programs"] == [1, 1, 1, 1], got["programs"]
+        assert result["fallbacks"]["dynamo"] == {}
