@@ -15,6 +15,7 @@ this process too (the oracle).
 """
 
 import copy
+import functools
 
 import torch
 import torch.distributed as dist
@@ -120,6 +121,15 @@ def dynamo(mesh, rank: int) -> dict:
         block.compile(backend="lazax")
     out = _train(model, reference, rank, 4)
     out["dynamo"] = {k: dict(v) for k, v in counters.items() if k in ("frames", "graph_break")}
+    # The whole step under torch.compile, with dynamo's trace_autograd_ops (which
+    # lazax.dynamo turns on) off: with it on, backward traced into the step's graph
+    # gives FSDP2 wrong gradients, in torch's own FSDP2 on CPU tensors too.
+    torch.manual_seed(0)
+    reference = _mlp()
+    model = _sharded(copy.deepcopy(reference).to(lx.device()), mesh)
+    with torch._dynamo.config.patch(trace_autograd_ops=False):
+        compile_step = functools.partial(torch.compile, backend="lazax")
+        out["whole_step"] = _train(model, reference, rank, 4, step_fn=compile_step)
     return out
 
 
