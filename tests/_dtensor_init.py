@@ -121,15 +121,16 @@ def dynamo(mesh, rank: int) -> dict:
         block.compile(backend="lazax")
     out = _train(model, reference, rank, 4)
     out["dynamo"] = {k: dict(v) for k, v in counters.items() if k in ("frames", "graph_break")}
-    # The whole step under torch.compile, with dynamo's trace_autograd_ops (which
-    # lazax.dynamo turns on) off: with it on, backward traced into the step's graph
-    # gives FSDP2 wrong gradients, in torch's own FSDP2 on CPU tensors too.
+    # The whole step under torch.compile, as a user writes it: backward traced into the
+    # step's graph (dynamo's trace_autograd_ops, which lazax.dynamo turns on) gives
+    # FSDP2 wrong gradients, in torch's own FSDP2 on CPU tensors too, so fully_shard
+    # on lazax turned it off (fsdp.fully_sharded).
+    out["traced_backward"] = torch._dynamo.config.trace_autograd_ops
     torch.manual_seed(0)
     reference = _mlp()
     model = _sharded(copy.deepcopy(reference).to(lx.device()), mesh)
-    with torch._dynamo.config.patch(trace_autograd_ops=False):
-        compile_step = functools.partial(torch.compile, backend="lazax")
-        out["whole_step"] = _train(model, reference, rank, 4, step_fn=compile_step)
+    compile_step = functools.partial(torch.compile, backend="lazax")
+    out["whole_step"] = _train(model, reference, rank, 4, step_fn=compile_step)
     return out
 
 

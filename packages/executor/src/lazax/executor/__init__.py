@@ -38,6 +38,7 @@ from .config import DEVICE_NAME  # noqa: E402
 from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
 from .dispatch.kernels import register_kernels  # noqa: E402
 from .dispatch.run import apply_eager_sync  # noqa: E402
+from .distributed.fsdp import fully_sharded  # noqa: E402
 from .distributed.functional_collectives import install as _install_functional_collectives  # noqa: E402
 from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
 from .distributed.process_group import LazaxProcessGroup  # noqa: E402
@@ -131,6 +132,7 @@ __all__ = [
     "GraphExecutor",
     "Layout",
     "LazaxProcessGroup",
+    "fully_sharded",
     "LazyTensor",
     "Mesh",
     "Sharding",
