@@ -355,3 +355,22 @@ def test_a_freed_storage_holds_no_memory_and_takes_the_next_write():
     lx.storage_of(flat).free()  # materialised: its device data is let go
     gc.collect()
     assert memory_allocated() == before
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (torch.tensor([1, 2]), torch.tensor([1.0, 2.0])),  # promoted: equal
+        (torch.tensor([float("nan")]), torch.tensor([float("nan")])),  # NaN != NaN
+        (torch.zeros(2, 3), torch.zeros(3, 2)),  # other sizes, same count
+        (torch.zeros(2), torch.zeros(1)),  # broadcastable, still other sizes
+        (torch.zeros(0), torch.zeros(0)),
+        (torch.ones(3), torch.tensor([1.0, 1.0, 2.0])),
+    ],
+)
+def test_torch_equal_is_read_from_the_device_as_torch_answers(a, b):
+    # DTensor and user code call torch.equal (a Python bool): computed on the device
+    # and read, not on the CPU fallback (which warns and counts aten::equal).
+    before = lx.metrics.counter_value("aten::equal") or 0
+    assert torch.equal(a.to(DEV), b.to(DEV)) is torch.equal(a, b)
+    assert (lx.metrics.counter_value("aten::equal") or 0) == before

@@ -6,6 +6,9 @@ Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result
   place and through views; into a CPU tensor from a lazax one (a read).
 - ``_to_copy``: to CPU reads the value (syncs); on lazax it is a dtype conversion.
 - ``_local_scalar_dense`` (``.item()``): syncs and reads one element.
+- ``equal`` (``torch.equal``): a Python bool, as torch's: False for different sizes,
+  else every element equal (after promotion; NaN is unequal), computed on the device and
+  read (one sync), not on the CPU fallback.
 - ``native_batch_norm``: the functional form, with the running statistics written back.
 - AMP's and the fused optimizers' ops (``amp_ops``, ``fused_optim``).
 ``write_outs`` puts results into ``out=`` tensors, resized as torch resizes them.
@@ -136,6 +139,13 @@ def _local_scalar_dense(args, kwargs):
     return to_cpu(args[0]).item()
 
 
+def _equal(args, kwargs):
+    a, b = args
+    if a.shape != b.shape:
+        return False
+    return bool(aten._local_scalar_dense.default(aten.all.default(aten.eq.Tensor(a, b))))
+
+
 def _batch_norm_written(*args):
     # native_batch_norm updates running_mean/running_var in place although its schema
     # does not say so; run the functional form and write the new statistics back.
@@ -168,6 +178,7 @@ SPECIAL = {
     aten.copy_.default: _copy_,
     aten._to_copy.default: _to_copy,
     aten._local_scalar_dense.default: _local_scalar_dense,
+    aten.equal.default: _equal,
     **AMP_HANDLERS,
     **FUSED_OPTIMIZER_HANDLERS,
 }
