@@ -123,8 +123,8 @@ def dynamo(mesh, rank: int) -> dict:
     out["dynamo"] = {k: dict(v) for k, v in counters.items() if k in ("frames", "graph_break")}
     # The whole step under torch.compile, as a user writes it: backward traced into the
     # step's graph (dynamo's trace_autograd_ops, which lazax.dynamo turns on) gives
-    # FSDP2 wrong gradients, in torch's own FSDP2 on CPU tensors too, so fully_shard
-    # on lazax turned it off (fsdp.fully_sharded).
+    # FSDP2 wrong gradients, in torch's own FSDP2 on CPU tensors too, so the lazax
+    # process group turned it off (lazax.executor.process_group_made).
     out["traced_backward"] = torch._dynamo.config.trace_autograd_ops
     torch.manual_seed(0)
     reference = _mlp()

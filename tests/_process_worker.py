@@ -274,7 +274,38 @@ def ddp() -> dict:
         "ddp_compiles": compiles,
         "ddp_programs": programs,
         "ddp_buckets": buckets,
+        "ddp_whole_step_error": _ddp_whole_step(data, rank),
     }
+
+
+def _ddp_whole_step(data: list, rank: int) -> float:
+    """The whole DDP step under torch.compile(backend="lazax"), as a user writes it; the
+    largest parameter difference from the CPU after 3 AdamW steps. (A backward traced
+    into the step's graph would bypass DDP's gradient hooks: each process would train
+    on its own gradients, 0.04 off.)"""
+    import lazax.dynamo  # noqa: F401  (registers the backend)
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    reference = copy.deepcopy(model)
+    net = torch.nn.parallel.DistributedDataParallel(model.to(lx.device()))
+    opt = torch.optim.AdamW(net.parameters(), lr=0.01)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.01)
+
+    def step(x):
+        opt.zero_grad()
+        net(x).square().sum().backward()
+        opt.step()
+
+    compiled = torch.compile(step, backend="lazax")
+    for _ in range(3):
+        compiled(data[rank].to(lx.device()))
+        ref_opt.zero_grad()
+        (sum(reference(d).square().sum() for d in data) / 2).backward()
+        ref_opt.step()
+    return max(
+        (a.cpu() - b).abs().max().item() for a, b in zip(model.parameters(), reference.parameters())
+    )
 
 
 def dynamo() -> dict:

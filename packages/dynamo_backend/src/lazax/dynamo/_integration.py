@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from lazax.executor import LazyTensor, fully_sharded, prepare_call_jax
+from lazax.executor import LazyTensor, prepare_call_jax, process_group_made
 
 __all__ = ["install"]
 
@@ -60,9 +60,9 @@ def _register_tensor_type() -> None:
     # results are written to ``.grad``) instead of breaking the graph, so that forward
     # and backward are one graph and a whole training step replays as few graphs as the
     # optimizer allows. Where tracing it would be unsafe (a returned tensor still needs
-    # the consumed graph) dynamo breaks the graph at the call, as before. Not with FSDP2
-    # (``fully_sharded``): its gradients come out wrong with a traced backward.
-    config.trace_autograd_ops = not fully_sharded()
+    # the consumed graph) dynamo breaks the graph at the call, as before. Not once a
+    # lazax process group is made: a traced backward bypasses DDP's and FSDP2's hooks.
+    config.trace_autograd_ops = not process_group_made()
 
 
 def _model_as_plain_tensor() -> None:

@@ -38,10 +38,9 @@ from .config import DEVICE_NAME  # noqa: E402
 from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
 from .dispatch.kernels import register_kernels  # noqa: E402
 from .dispatch.run import apply_eager_sync  # noqa: E402
-from .distributed.fsdp import fully_sharded  # noqa: E402
 from .distributed.functional_collectives import install as _install_functional_collectives  # noqa: E402
 from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
-from .distributed.process_group import LazaxProcessGroup  # noqa: E402
+from .distributed.process_group import LazaxProcessGroup, process_group_made  # noqa: E402
 from .distributed.sharded_checkpoint import load as load_sharded  # noqa: E402
 from .distributed.sharded_checkpoint import save as save_sharded  # noqa: E402
 from .distributed.sharding import (  # noqa: E402
@@ -132,7 +131,7 @@ __all__ = [
     "GraphExecutor",
     "Layout",
     "LazaxProcessGroup",
-    "fully_sharded",
+    "process_group_made",
     "LazyTensor",
     "Mesh",
     "Sharding",

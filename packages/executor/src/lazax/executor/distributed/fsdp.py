@@ -22,8 +22,6 @@ its optimizer-to-be and any other holder see the moved tensor.
 
 from __future__ import annotations
 
-import sys
-
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
@@ -32,7 +30,7 @@ from ..dispatch.special import register_special
 from ..tensor.lazy import LazyTensor
 from . import dtensor_ops
 
-__all__ = ["fully_sharded", "install"]
+__all__ = ["install"]
 
 _to_copy = torch.ops.aten._to_copy.default
 
@@ -51,32 +49,9 @@ def _free_storage(tensor: torch.Tensor) -> None:
         tensor._lz_storage.free()
 
 
-_SHARDED: list = []  # true once fully_shard placed a module on lazax
-
-
-def fully_sharded() -> bool:
-    """Whether ``fully_shard`` placed a module on lazax in this process."""
-    return bool(_SHARDED)
-
-
-def _no_traced_backward() -> None:
-    """A ``backward()`` traced into a compiled step (dynamo's ``trace_autograd_ops``,
-    which ``lazax.dynamo`` turns on) gives FSDP2 wrong gradients: the whole step under
-    ``torch.compile`` trains to different values, with torch's own ``aot_eager`` on CPU
-    tensors too. Once a module is fully sharded, the flag goes off (``lazax.dynamo``
-    leaves it off if imported later): the step's graph breaks at ``backward()``, and
-    trains equal to the CPU."""
-    _SHARDED.append(True)
-    config = sys.modules.get("torch._dynamo.config")  # not imported: nothing set yet
-    if config is not None:
-        config.trace_autograd_ops = False
-
-
 def _move_states_to_device(params, buffers, device) -> None:
     if device.type != DEVICE_NAME:
         return _TORCH["move"](params, buffers, device)
-    if not _SHARDED:
-        _no_traced_backward()
     rest = []
     for tensor in (*params, *buffers):
         if tensor.device.type in (DEVICE_NAME, "meta") or is_traceable_wrapper_subclass(tensor):

@@ -34,6 +34,8 @@ Contract:
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
 
@@ -45,7 +47,7 @@ from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor
 from .fsdp import install as _install_fsdp
 
-__all__ = ["LazaxProcessGroup"]
+__all__ = ["LazaxProcessGroup", "process_group_made"]
 
 _OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -122,6 +124,29 @@ def _op(opts, what: str) -> str:
     return op
 
 
+_MADE: list = []  # true once a lazax process group was made in this process
+
+
+def process_group_made() -> bool:
+    """Whether a "lazax" process group was made in this process (DDP, FSDP2 and DTensor
+    on lazax run over one)."""
+    return bool(_MADE)
+
+
+def _no_traced_backward() -> None:
+    """A ``backward()`` traced into a compiled step (dynamo's ``trace_autograd_ops``,
+    which ``lazax.dynamo`` turns on) bypasses the hooks DDP and FSDP2 reduce gradients
+    in: the whole step under ``torch.compile`` trains each process on its own gradients
+    (0.04 off after 4 AdamW steps, silently; torch's own ``aot_eager`` on CPU tensors
+    over gloo does the same). With a lazax group made, the flag goes off (and
+    ``lazax.dynamo``, imported later, leaves it off): the step's graph breaks at
+    ``backward()``, and trains equal to the CPU."""
+    _MADE.append(True)
+    config = sys.modules.get("torch._dynamo.config")  # not imported: nothing set yet
+    if config is not None:
+        config.trace_autograd_ops = False
+
+
 class LazaxProcessGroup(dist.ProcessGroup):
     """The job's processes as a torch process group over lazax tensors."""
 
@@ -137,6 +162,7 @@ class LazaxProcessGroup(dist.ProcessGroup):
         self._barriers = 0
         self._name = ""
         _install_fsdp()
+        _no_traced_backward()
 
     # torch names a group (DeviceMesh and the functional collectives find it by its name)
     # through backends registered on it; this group is its own backend.
