@@ -132,3 +132,27 @@ def test_a_changing_int_argument_keeps_a_bounded_number_of_replays():
         (out,) = compiled([x, n])
     torch.testing.assert_close(out.cpu(), torch.full((2,), float(MAX_SIGNATURES + 4)))
     assert len(compiled.replays) == MAX_SIGNATURES
+
+
+@pytest.mark.parametrize("hook", ["register_hook", "register_post_accumulate_grad_hook"])
+def test_a_traced_backward_past_gradient_hooks_is_refused_not_run_wrong(hook):
+    # torch 2.13's traced backward (trace_autograd_ops, which lazax.dynamo turns on)
+    # does not run gradient hooks: the step would train on unhooked gradients.
+    torch._dynamo.reset()
+    model = torch.nn.Linear(4, 4).to(DEV)
+    for p in model.parameters():
+        getattr(p, hook)(lambda g: None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+    with pytest.raises(Exception, match="gradient hooks"):
+        torch.compile(step, backend="lazax")(torch.randn(2, 4).to(DEV))
+    # Without the traced backward the graph breaks there and the hooks run.
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(trace_autograd_ops=False):
+        torch.compile(step, backend="lazax")(torch.randn(2, 4).to(DEV))
+    torch._dynamo.reset()

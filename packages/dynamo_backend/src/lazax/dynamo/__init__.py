@@ -20,14 +20,22 @@ from torch._dynamo import list_backends, register_backend
 from torch._dynamo.backends.common import aot_autograd
 
 from ._bridge import GraphBridge, bridge
-from ._integration import install
+from ._integration import install, refuse_traced_backward_past_hooks
 from ._version import __version__
 
 install()
 
 # Inference graphs (an optimizer step under torch.compile) keep their input mutations:
 # the bridge writes the new values back itself, and donates the old buffers.
-lazax_backend = aot_autograd(fw_compiler=bridge, keep_inference_input_mutations=True)
+_aot_backend = aot_autograd(fw_compiler=bridge, keep_inference_input_mutations=True)
+
+
+def lazax_backend(gm, example_inputs, **kwargs):
+    """The ``"lazax"`` backend: AOTAutograd over ``bridge``, after refusing a traced
+    ``backward()`` that would skip gradient hooks."""
+    refuse_traced_backward_past_hooks(gm, example_inputs)
+    return _aot_backend(gm, example_inputs, **kwargs)
+
 
 # Installed as a distribution, torch finds "lazax" through the entry point and registers
 # it itself when first asked (registering here too would be a duplicate).

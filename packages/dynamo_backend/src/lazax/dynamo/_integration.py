@@ -24,7 +24,7 @@ import torch
 
 from lazax.executor import LazyTensor, prepare_call_jax, process_group_made
 
-__all__ = ["install"]
+__all__ = ["install", "refuse_traced_backward_past_hooks"]
 
 _installed = False
 
@@ -172,3 +172,36 @@ def install() -> None:
     _capturable_optimizers()
     _skip_lazax_frames()
     _installed = True
+
+
+def _hooked(t) -> bool:
+    """Whether ``t`` has gradient hooks a traced backward would not run."""
+    return bool(getattr(t, "_backward_hooks", None)) or bool(
+        getattr(t, "_post_accumulate_grad_hooks", None)
+    )
+
+
+def refuse_traced_backward_past_hooks(gm: torch.fx.GraphModule, example_inputs) -> None:
+    """Raise if the graph traced a ``backward()`` (``trace_autograd_ops``, turned on
+    above) over tensors with gradient hooks (``register_hook``,
+    ``register_post_accumulate_grad_hook``): the traced backward does not run them
+    (torch 2.13, any backend), so the step would train on unhooked gradients, silently.
+    The hooks of DDP and FSDP2 are covered by turning the flag off once a lazax process
+    group is made."""
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.autograd.grad:
+            continue
+        inputs = node.args[1] if len(node.args) > 1 else node.kwargs.get("inputs", ())
+        for n in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
+            i = placeholders.get(n)
+            if i is not None and i < len(example_inputs) and _hooked(example_inputs[i]):
+                raise RuntimeError(
+                    "lazax: this compiled function calls backward() on tensors with "
+                    "gradient hooks (register_hook / register_post_accumulate_grad_hook), "
+                    "and lazax.dynamo traces backward() into the graph "
+                    "(torch._dynamo.config.trace_autograd_ops), which does not run such "
+                    "hooks. Set torch._dynamo.config.trace_autograd_ops = False (the "
+                    "graph then breaks at backward() and the hooks run), or compile the "
+                    "model rather than the whole step."
+                )
