@@ -2,7 +2,9 @@
 
 Contract of ``execute(runtime, entry, values, ...)``: arrange the parameters' values as
 the program's arguments (``arguments``) and run the executable asynchronously
-(the outputs are futures), timed as ``timer``; count the donated buffers
+(the outputs are futures), timed as ``timer``; return the outputs in the graph's root
+order (a program compiled with ``lower(graph, order)`` returns them in ``order``:
+``entry.annotations.positions``), any device-side check flags last; count the donated buffers
 (``DonatedBuffers``); turn the runtime's out-of-memory error into
 ``torch.OutOfMemoryError`` naming ``what`` and, where the caller has it, the graph's
 inputs (``oom``). The dispatch is a profiler span ``lazax::execute <program name>``.
@@ -51,4 +53,7 @@ def execute(
     metrics.record(timer, perf_counter() - start)
     if donated:
         metrics.bump("DonatedBuffers", donated)
+    positions = entry.annotations.positions
+    if positions is not None:  # (donation.output_order)
+        outputs = [outputs[p] for p in positions] + list(outputs[len(positions) :])
     return outputs

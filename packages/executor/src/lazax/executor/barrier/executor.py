@@ -365,12 +365,8 @@ class GraphExecutor:
                 what=self._describe_for_oom,
                 graph=graph,
             )
-            program = entry.annotations
-            ordered = outputs
-            if program.positions is not None:  # (donation.output_order)
-                ordered = [outputs[p] for p in program.positions]
-            results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, ordered)]
-            checks = program.checks
+            results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
+            checks = entry.annotations.checks
             if checks:  # device-side checks: the flags are the last output
                 reached = graph.reached
                 sites = [(reached[p].op, reached[p].data) for p, _, _ in checks]

@@ -323,9 +323,6 @@ class Replay:
         if entry is None:  # a replay's hits are not counted: it runs by hash every call
             entry = self._compile(key, donate)
         buffers = execute(runtime, entry, params, donated=len(donate), what=self._what)
-        positions = entry.annotations.positions
-        if positions is not None:  # (_output_order); device-side check flags stay last
-            buffers = [buffers[p] for p in positions] + list(buffers[len(positions) :])
         checks = entry.annotations.checks
         if checks:  # the results stay (see lazax.executor.barrier.checks)
             sites = [self.sites.get(p, ("?", None)) for p, _, _ in checks]
