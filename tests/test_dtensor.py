@@ -45,8 +45,9 @@ def ran() -> list:
         subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "_dtensor_worker.py")],
             env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+            # Apart: Gloo writes to stderr from its own threads, into a line of ours.
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             text=True,
         )
         for rank in range(2)
@@ -54,8 +55,9 @@ def ran() -> list:
     results = []
     try:
         for rank, proc in enumerate(procs):
-            text, _ = proc.communicate(timeout=300)
-            lines = [ln for ln in text.splitlines() if ln.startswith("RESULT ")]
+            stdout, stderr = proc.communicate(timeout=300)
+            text = stdout + stderr
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
             assert proc.returncode == 0 and lines, f"process {rank} failed:\n{text[-4000:]}"
             results.append(json.loads(lines[-1][len("RESULT ") :]))
     finally:

@@ -50,8 +50,10 @@ def _launch(scenario: str, devices_each: int = 4, timeout: float = 240, **env) -
         subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "_process_worker.py"), scenario],
             env=dict(base, RANK=str(rank), LOCAL_RANK=str(rank)),
+            # Apart: native libraries (Gloo) write to stderr from their own threads, and a
+            # message of theirs once landed inside the RESULT line.
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             text=True,
         )
         for rank in range(2)
@@ -59,9 +61,10 @@ def _launch(scenario: str, devices_each: int = 4, timeout: float = 240, **env) -
     out = []
     try:
         for proc in procs:
-            text, _ = proc.communicate(timeout=timeout)
-            lines = [ln for ln in text.splitlines() if ln.startswith("RESULT ")]
+            stdout, stderr = proc.communicate(timeout=timeout)
+            lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
             result = json.loads(lines[-1][len("RESULT ") :]) if lines else None
+            text = stdout + stderr
             out.append((proc.returncode, text, time.monotonic() - start, result))
     finally:
         for proc in procs:
