@@ -15,6 +15,9 @@ started with torchrun's variables and ``XLA_FLAGS`` giving each its one CPU devi
   state dict after two steps, loads it into a model of another seed, which trains two
   more: equal to four uninterrupted steps of the CPU model on the whole batch. Both
   models are built on the CPU: ``fully_shard`` moves them to lazax.
+- ``from_rank0``: process 0 alone holds a whole model and AdamW state dict, loaded into
+  the FSDP2 model with ``broadcast_from_rank0`` (``set_model_state_dict``,
+  ``set_optimizer_state_dict``); two more steps equal the CPU's uninterrupted training.
 - ``tensor_parallel``: ``parallelize_module`` with ``ColwiseParallel`` /
   ``RowwiseParallel`` on a two-layer MLP, AdamW, three steps on the whole batch, against
   the CPU model.
@@ -38,7 +41,13 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from _dtensor_init import compiled, dynamo, meta_init  # beside this script
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+    set_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
@@ -273,6 +282,39 @@ def checkpoint(mesh, rank: int) -> dict:
     }
 
 
+def from_rank0(mesh, rank: int) -> dict:
+    """Process 0 alone holds a whole state dict (a CPU model and AdamW after 2 steps),
+    loaded into the sharded model with ``broadcast_from_rank0``, which trains 2 more."""
+    torch.manual_seed(0)
+    whole = mlp()
+    whole_opt = torch.optim.AdamW(whole.parameters(), lr=1e-2)
+    for step in range(4):
+        if step == 2:
+            full = StateDictOptions(full_state_dict=True)
+            model_state, optim_state = copy.deepcopy(get_state_dict(whole, whole_opt, options=full))
+        x, y = batch(step)
+        whole_opt.zero_grad()
+        torch.nn.functional.mse_loss(whole(x), y).backward()
+        whole_opt.step()
+    torch.manual_seed(1)
+    model = sharded(mlp(), mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    before = max_error(model, whole)
+    # Each half on its own: torch's set_state_dict skips the model where it is given an
+    # empty one (every process but 0 here), on any device.
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, model_state if rank == 0 else {}, options=options)
+    set_optimizer_state_dict(model, opt, optim_state if rank == 0 else {}, options=options)
+    for step in range(2, 4):
+        half_step(model, opt, step, rank, lx.device())
+    lx.sync()
+    return {
+        "before_load": before,
+        "resumed": max_error(model, whole),
+        "state_steps": sorted({float(s["step"]) for s in opt.state.values()}),
+    }
+
+
 class TwoLayers(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -353,6 +395,7 @@ def main() -> None:
         "memory": lambda: memory(mesh, rank),
         "mixed": lambda: mixed(mesh, DeviceMesh.from_group(gloo, "cpu"), rank),
         "checkpoint": lambda: checkpoint(mesh, rank),
+        "from_rank0": lambda: from_rank0(mesh, rank),
         "tensor_parallel": lambda: tensor_parallel(mesh),
         "partial": lambda: partial(mesh, rank),
     }

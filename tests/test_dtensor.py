@@ -29,28 +29,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def ran() -> list:
-    """Both processes' RESULT, after each has run every scenario."""
+def _workers(script: str, processes: int) -> list:
+    """Each process's RESULT, in rank order, after it ran every scenario of ``script``."""
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=1",
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(_free_port()),
-        WORLD_SIZE="2",
+        WORLD_SIZE=str(processes),
         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     )
     env.pop("PJRT_DEVICE", None)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "_dtensor_worker.py")],
+            [sys.executable, str(ROOT / "tests" / script)],
             env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
             # Apart: Gloo writes to stderr from its own threads, into a line of ours.
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for rank in range(2)
+        for rank in range(processes)
     ]
     results = []
     try:
@@ -64,6 +63,18 @@ def ran() -> list:
         for proc in procs:
             proc.kill()
     return results
+
+
+@pytest.fixture(scope="module")
+def ran() -> list:
+    """Both processes' RESULT (``_dtensor_worker.py``)."""
+    return _workers("_dtensor_worker.py", 2)
+
+
+@pytest.fixture(scope="module")
+def ran_2d() -> list:
+    """The four processes' RESULT (``_mesh2d_worker.py``): a (2, 2) mesh, dp x tp."""
+    return _workers("_mesh2d_worker.py", 4)
 
 
 def test_init_device_mesh_spans_the_processes_one_lazax_device_each(ran):
@@ -154,6 +165,18 @@ def test_distributed_checkpoint_of_fsdp2_resumes_equal_to_uninterrupted_training
         assert got["resumed"] < 1e-5, got  # two steps more: four uninterrupted steps
         assert got["local_devices"] == ["lazax:0"] and got["state_steps"] == [4.0]
         assert result["fallbacks"]["checkpoint"] == {}
+
+
+def test_a_state_dict_on_process_0_alone_loads_with_broadcast_from_rank0(ran):
+    # The TorchTitan / accelerate way to load a whole checkpoint into FSDP2: before, the
+    # group listed no device type (torch's broadcast read pg._device_types[0]), and the
+    # receivers' torch.empty buffers were left out of the collective's own program.
+    for result in ran:
+        got = result["from_rank0"]
+        assert got["before_load"] > 0.1  # another seed: loading has something to do
+        assert got["resumed"] < 1e-5, got  # model and AdamW state loaded, 2 steps more
+        assert got["state_steps"] == [4.0]
+        assert result["fallbacks"]["from_rank0"] == {}
 
 
 def test_tensor_parallel_mlp_trains_equal_to_the_cpu(ran):
@@ -280,3 +303,40 @@ def test_fully_shard_with_blocks_compiled_by_dynamo_trains_equal_to_the_cpu(ran)
         assert whole["error"] < 1e-5, whole["error"]
         assert whole["compiles"][2:] == [0, 0], whole["compiles"]
         assert len(set(whole["programs"])) == 1, whole["programs"]
+
+
+def _groups(rank: int) -> dict:
+    """The global ranks of ``rank``'s group in each dimension of the (dp=2, tp=2) mesh."""
+    dp, tp = divmod(rank, 2)
+    return {"dp": [tp, 2 + tp], "tp": [2 * dp, 2 * dp + 1]}
+
+
+def test_each_dimension_of_a_2d_mesh_is_a_group_whose_collectives_equal_torchs(ran_2d):
+    for rank, result in enumerate(ran_2d):
+        assert result["mesh"] == "DeviceMesh((dp=2, tp=2), 'lazax', stride=(2, 1))"
+        for dim, ranks in _groups(rank).items():
+            got = result["collectives"][dim]
+            me = ranks.index(rank)
+            inputs = [torch.arange(4.0) + 10 * r for r in ranks]
+            assert got["ranks"] == ranks
+            assert got["sum"] == [float(sum(r + 1 for r in ranks))] * 2
+            assert got["max"] == [max(ranks)] and got["avg"] == [sum(ranks) // 2]
+            assert got["all_gather"] == torch.cat(inputs).tolist()
+            assert got["reduce_scatter"] == sum(inputs).chunk(2)[me].tolist()
+            assert got["all_to_all"] == torch.cat([x.chunk(2)[me] for x in inputs]).tolist()
+            assert got["broadcast"] == [float(ranks[1])] * 2  # from the group's rank 1
+
+
+@pytest.mark.parametrize("scenario", ["fsdp_tp", "hsdp"])
+def test_fsdp2_over_a_2d_mesh_trains_equal_to_the_cpu_one_program_a_step(ran_2d, scenario):
+    # fsdp_tp: tensor parallel over tp, FSDP2 over dp; hsdp: fully_shard over both
+    # (replicated over dp, sharded over tp). Collectives of both groups in one program.
+    for result in ran_2d:
+        got = result[scenario]
+        torch.testing.assert_close(got["losses"], got["ref_losses"], rtol=1e-5, atol=0)
+        assert max(got["param_errors"].values()) < 1e-6, got["param_errors"]
+        assert got["programs"][1:] == [1, 1, 1] and got["cuts"][1:] == [0, 0, 0], got
+    hsdp = ran_2d[0]["hsdp"]["placements"]
+    assert hsdp["0.up.weight"] == ["[Replicate(), Shard(dim=0)]", [16, 16]]
+    both = ran_2d[0]["fsdp_tp"]["placements"]
+    assert both["0.down.weight"] == ["[Shard(dim=0), Shard(dim=1)]", [8, 16]]

@@ -17,18 +17,20 @@ Contract:
 - ``local_part(buffer)``: ``(array, offsets)``, the block of the global value that this
   process's devices hold, and where it starts; ``ValueError`` when this process's
   pieces are not one block.
-- ``exchange(tag, value, timeout_s, what)``: every process's ``value`` (bytes), by
-  process index, through the coordination service's key-value store (``what``: what
-  the processes meet for, in errors); ``TimeoutError`` naming the processes that did
-  not arrive. Tags must be used once each, in the same order in every process.
+- ``exchange(tag, value, timeout_s, what, processes=None)``: every process's ``value``
+  (bytes), by process index, through the coordination service's key-value store
+  (``what``: what the processes meet for, in errors); ``TimeoutError`` naming the
+  processes that did not arrive. ``processes``: only those exchange (a group of the
+  job); the others' entries are empty. Tags must be used once each, in the same order
+  in every process (of the group).
 - ``wait_watched(buffers, poll_s)``: waits for ``buffers`` while watching the job's
   processes: raises ``ProcessLostError`` once one is gone (``lost_processes``: no
   heartbeat for ``heartbeat_timeout_s``, or it left on an uncaught error), instead of
   waiting forever on a collective it will never join; ``exchange`` and ``barrier``
   watch the same way. Inside ``peers_watched()``, an error of a collective
   whose transport lost a peer is a ``ProcessLostError`` too.
-- ``barrier(tag, timeout_s)``: returns once every process reached ``tag``
-  (``TimeoutError`` otherwise).
+- ``barrier(tag, timeout_s, processes=None)``: returns once every process (of
+  ``processes``) reached ``tag`` (``TimeoutError`` otherwise).
 - ``SplitAcrossProcessesError``: reading a buffer to the host whose value lies on
   several processes' devices (a replicated one reads back whole).
 
@@ -178,7 +180,7 @@ def _client(required: bool = True):
     return client
 
 
-_EXCHANGED: list[str] = []
+_EXCHANGED: dict[tuple, list[str]] = {}  # processes exchanged among -> their last tags
 
 
 def _receive(client, tag: str, k: int, out: list, deadline: float, missing: list, what: str):
@@ -208,9 +210,15 @@ def _arrivals(tag: str, what: str, waited: int, count: int, me: int) -> str:
     )
 
 
-def exchange(tag: str, value: bytes, timeout_s: float, what: str = "") -> list[bytes]:
+def exchange(
+    tag: str, value: bytes, timeout_s: float, what: str = "", processes=None
+) -> list[bytes]:
+    """Every process's ``value`` for ``tag``, in process order; ``processes``: only
+    those (a group of the job, this one among them) exchange, and the others' entries
+    stay empty."""
     client = _client()
     me, count = jax.process_index(), jax.process_count()
+    among = tuple(range(count)) if processes is None else tuple(sorted(processes))
     client.key_value_set_bytes(f"lazax/{tag}/{me}", value)
     out: list[bytes] = [b""] * count
     out[me] = value
@@ -218,17 +226,18 @@ def exchange(tag: str, value: bytes, timeout_s: float, what: str = "") -> list[b
     missing = []
     waited = [0]  # the process being waited for, for the watchdog
     with WATCHDOG.waiting(lambda: _arrivals(tag, what, waited[0], count, me)):
-        for k in range(count):
+        for k in among:
             waited[0] = k
             if k != me:
                 _receive(client, tag, k, out, deadline, missing, what)
     if missing:
         raise TimeoutError(f"process(es) {missing} did not reach {tag!r} within {timeout_s:g} s")
-    # Every process has read the tag before the one it exchanges next: the tag two
-    # back is read by everyone, and this process's entry of it can go.
-    _EXCHANGED.append(tag)
-    if len(_EXCHANGED) > 2:
-        client.key_value_delete(f"lazax/{_EXCHANGED.pop(0)}/{me}")
+    # Every process of ``among`` has read the tag before the one they exchange next: the
+    # tag two back is read by all of them, and this process's entry of it can go.
+    done = _EXCHANGED.setdefault(among, [])
+    done.append(tag)
+    if len(done) > 2:
+        client.key_value_delete(f"lazax/{done.pop(0)}/{me}")
     return out
 
 
@@ -412,10 +421,11 @@ def _meet_at_exit(timeout_s: int) -> None:
         _stop_heartbeat()
 
 
-def barrier(tag: str, timeout_s: float) -> None:
-    """Return once every process of the job reached ``tag`` (each tag once)."""
+def barrier(tag: str, timeout_s: float, processes=None) -> None:
+    """Return once every process of the job (or of ``processes``) reached ``tag`` (each
+    tag once)."""
     try:
-        exchange(f"barrier/{tag}", b"", timeout_s)
+        exchange(f"barrier/{tag}", b"", timeout_s, processes=processes)
     except TimeoutError as err:
         raise TimeoutError(f"lazax: not every process reached barrier {tag!r}: {err}") from None
 

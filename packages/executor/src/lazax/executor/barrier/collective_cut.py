@@ -99,6 +99,9 @@ class CutKeys:
         self._keys[key] = None
 
 
+_LEAVES = (ir.DEVICE_DATA, ir.SCALAR)  # the leaves a program takes as its arguments
+
+
 def _issue_order(node: ir.Node) -> int:
     return node.data if type(node.data) is int else -1
 
@@ -109,9 +112,11 @@ def run_cut(run_graph: Callable, roots: list) -> list:
     rebuilt = _Rebuilder()
     for node in collectives:
         operands = [rebuilt.value(o) for o in node.operands]
-        pending = [o for o in operands if o.node.operands]
+        # A leaf that is not data is computed too: a factory's (``torch.empty`` on the
+        # receiving side of a broadcast, where the sender's operand is device data).
+        pending = [o for o in operands if o.node.op not in _LEAVES]
         computed = iter(run_graph(pending) if pending else ())
-        ready = tuple(o if not o.node.operands else next(computed) for o in operands)
+        ready = tuple(o if o.node.op in _LEAVES else next(computed) for o in operands)
         alone = ir.Node(node.op, ready, node.attrs, node.specs)
         rebuilt.replaced[id(node)] = run_graph(list(alone.outputs))
     return run_graph([rebuilt.value(r) for r in roots])

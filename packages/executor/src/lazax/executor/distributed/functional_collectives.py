@@ -6,6 +6,8 @@ caller's graph, they run inside its program, between the job's processes. ``inst
 registers their handlers: each traces the op as any op is traced, and tags its node
 with the order this process issued it (``barrier.collective_cut``: a graph the
 processes traced differently runs cut at its collectives, in that order).
+A collective over a group of part of the job (a DeviceMesh dimension's) is the job's
+all-gather and the group's rows of it (``subgroups``).
 ``wait_tensor`` and ``_wrap_tensor_autograd`` are the identity on lazax tensors (a
 traced value needs no wait: whatever reads it runs after it).
 """
@@ -16,29 +18,50 @@ import torch
 import torch.distributed._functional_collectives  # noqa: F401  (loads the ops)
 
 from ..barrier.collective_cut import tag_collective
+from ..barrier.executor import EXECUTOR
 from ..dispatch.plans import FUNCTIONAL, OpPlan
 from ..dispatch.run import run_plan
 from ..dispatch.special import register_special
 from ..ops import get_lowering
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor
+from . import subgroups
 
 __all__ = ["install"]
 
 _ops = torch.ops._c10d_functional
+_JOB = "lazax:job"  # the group name of the job's own all-gather (the lowering reads none)
+
+
+def _tagged(plan: OpPlan, args, kwargs):
+    result = run_plan(plan, args, kwargs)
+    first = result[0] if isinstance(result, (list, tuple)) else result
+    if type(first) is LazyTensor:
+        node = ir_value(first).node
+        if node.operands and node.data is None:  # (eager mode has run it already)
+            tag_collective(node)
+    return result
+
+
+_ALL_GATHER = _ops.all_gather_into_tensor.default
+_GATHER = OpPlan(_ALL_GATHER, _ALL_GATHER.name(), FUNCTIONAL)
+
+
+def _gather_job(x: torch.Tensor) -> torch.Tensor:
+    """Every process's ``x``, stacked in process order: ``(processes, *x.shape)``."""
+    count = EXECUTOR.runtime.process_count
+    return _tagged(_GATHER, (torch.ops.aten.unsqueeze.default(x, 0), count, _JOB), {})
 
 
 def _traced(func):
     plan = OpPlan(func, func.name(), FUNCTIONAL)
 
     def run(args, kwargs):
-        result = run_plan(plan, args, kwargs)
-        first = result[0] if isinstance(result, (list, tuple)) else result
-        if type(first) is LazyTensor:
-            node = ir_value(first).node
-            if node.operands and node.data is None:  # (eager mode has run it already)
-                tag_collective(node)
-        return result
+        group = kwargs.get("group_name", args[-1] if args else None)
+        members = subgroups.members_of(group) if group is not None else None
+        if members is not None:
+            return subgroups.run(func, args, kwargs, members, _gather_job)
+        return _tagged(plan, args, kwargs)
 
     return run
 

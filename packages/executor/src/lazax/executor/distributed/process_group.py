@@ -10,8 +10,11 @@ collectives find it by name).
 Contract:
 - The job must have joined (``lazax.modes.distributed.initialize()``, which the
   backend's creator calls itself, before anything used a device, when it has not);
-  ranks are jax's process indices, and the group is the whole job (``new_group`` of a
-  subset raises ``NotImplementedError``).
+  ranks are jax's process indices. A group of part of the job (``new_group``, the
+  groups of each dimension of ``init_device_mesh("lazax", (2, 2))``) runs its
+  collectives inside the job's program too (``subgroups``): every process must issue
+  them at the same point, each on its own group, as the groups of a DeviceMesh
+  dimension do; its ``barrier`` waits for the group's processes only.
 - Each call is traced, as any op: the result is torch's functional collective
   (``torch.ops._c10d_functional``) of the inputs, written into the output tensors in
   place (views, such as DDP's bucket views, see it), and it runs inside the program of
@@ -46,6 +49,7 @@ from ..config import DEVICE_NAME
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor
 from .fsdp import install as _install_fsdp
+from .subgroups import members_of
 
 __all__ = ["LazaxProcessGroup", "process_group_made"]
 
@@ -152,12 +156,11 @@ class LazaxProcessGroup(dist.ProcessGroup):
 
     def __init__(self, rank: int, size: int) -> None:
         super().__init__(rank, size)
-        runtime = EXECUTOR.runtime
-        if (rank, size) != (runtime.process_index, runtime.process_count):
-            raise NotImplementedError(
-                f"the lazax backend's groups are the whole job (process "
-                f"{runtime.process_index} of {runtime.process_count}); a group of rank "
-                f"{rank} of {size} is not supported"
+        count = EXECUTOR.runtime.process_count
+        if size > count:
+            raise ValueError(
+                f"the lazax backend's group of {size} processes is larger than the job "
+                f"({count} processes)"
             )
         self._barriers = 0
         self._name = ""
@@ -177,6 +180,15 @@ class LazaxProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802  (torch's name)
         return "lazax"
+
+    # torch lists a group's devices from the backends registered on it, and this group is
+    # its own (a ProcessGroup, which torch returns as it is): without this, code that
+    # asks which device a group's tensors go to (DCP's ``broadcast_from_rank0`` loading:
+    # ``pg._device_types[0]``) found none. The CPU too, as the group takes CPU tensors;
+    # with it listed, torch's object collectives keep sending CPU tensors (as with none).
+    @property
+    def _device_types(self) -> list:
+        return [torch.device(DEVICE_NAME), torch.device("cpu")]
 
     @property
     def _tag(self) -> str:
@@ -268,7 +280,13 @@ class LazaxProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         self._barriers += 1
-        pjrt.barrier(f"process_group/{self._barriers}", _timeout(opts))
+        members = members_of(self.group_name)
+        if members is None:
+            pjrt.barrier(f"process_group/{self._barriers}", _timeout(opts))
+        else:
+            # Its own tags: the job's other groups meet at barriers of their own.
+            tag = f"process_group/{'-'.join(map(str, members.ranks))}/{self._barriers}"
+            pjrt.barrier(tag, _timeout(opts), processes=members.ranks)
         return _Done([])
 
 
