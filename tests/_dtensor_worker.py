@@ -220,12 +220,22 @@ def memory(mesh, rank: int) -> dict:
         torch.manual_seed(0)
         model = sharded(mlp().to(lx.device()), mesh, reshard_after_forward=reshard)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        moments = []  # AdamW's exp_avg buffers after steps 1 and 2
         for step in range(3):
             dtype, loss = half_step(model, opt, step, rank, lx.device())
             lx.sync(wait=True)
+            if step:
+                moments.append(
+                    [
+                        lx.to_jax(s["exp_avg"].to_local()).unsafe_buffer_pointer()
+                        for s in opt.state.values()
+                    ]
+                )
         del loss
         gc.collect()
         out[str(reshard)] = {
+            "moments_in_place": sum(a == b for a, b in zip(*moments)),
+            "moments": len(moments[0]),
             "held": lx.memory_allocated() - before,
             "sharded_param_bytes": sum(
                 p.to_local().numel() * p.element_size() for p in model.parameters()

@@ -14,6 +14,7 @@ mesh_dim_names=("dp", "tp"))`` (rank = 2 * dp + tp), started with torchrun's var
   programs each step ran and the collective cuts.
 - ``hsdp``: ``fully_shard`` over the whole 2-D mesh (replicated over ``dp``, sharded
   over ``tp``: HSDP), four steps, each process on its quarter of the batch.
+- ``fsdp_tp_compiled``: ``fsdp_tp`` with its step under ``lx.compile``.
 """
 
 import copy
@@ -80,22 +81,30 @@ def batch(step: int) -> tuple:
     return torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
 
 
-def train(model, reference, rows) -> dict:
-    """Four AdamW steps of ``model`` on ``rows(step)`` of each batch, beside the CPU
-    ``reference`` on the whole batch; losses averaged over the job."""
+def train(model, reference, rows, step_fn=None) -> dict:
+    """Four AdamW steps of ``model`` on ``rows(step)`` of each batch (``step_fn``: what
+    wraps the step, ``lx.compile``; None: lazy mode), beside the CPU ``reference`` on the
+    whole batch; losses averaged over the job."""
     dev = lx.device()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+
+    def one_step(x, y):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if step_fn is not None:
+        one_step = step_fn(one_step)
     losses, ref_losses, programs, cuts = [], [], [], []
     for step in range(4):
         x, y = batch(step)
         mine = rows()
         ran = (lx.metrics.metric_data("ExecuteTime") or (0,))[0]
         cut = lx.metrics.counter_value("CollectiveGraphCuts") or 0
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x[mine].to(dev)), y[mine].to(dev))
-        loss.backward()
-        opt.step()
+        loss = one_step(x[mine].to(dev), y[mine].to(dev))
         lx.sync()
         programs.append(lx.metrics.metric_data("ExecuteTime")[0] - ran)
         cuts.append((lx.metrics.counter_value("CollectiveGraphCuts") or 0) - cut)
@@ -125,7 +134,7 @@ def train(model, reference, rows) -> dict:
     }
 
 
-def fsdp_tp(mesh, rank: int) -> dict:
+def fsdp_tp(mesh, rank: int, step_fn=None) -> dict:
     torch.manual_seed(0)
     reference = blocks()
     model = copy.deepcopy(reference).to(lx.device())
@@ -134,7 +143,7 @@ def fsdp_tp(mesh, rank: int) -> dict:
         fully_shard(block, mesh=mesh["dp"])
     fully_shard(model, mesh=mesh["dp"])
     dp = mesh.get_local_rank("dp")
-    return train(model, reference, lambda: slice(4 * dp, 4 * dp + 4))
+    return train(model, reference, lambda: slice(4 * dp, 4 * dp + 4), step_fn)
 
 
 def hsdp(mesh, rank: int) -> dict:
@@ -156,6 +165,7 @@ def main() -> None:
         "collectives": collectives,
         "fsdp_tp": fsdp_tp,
         "hsdp": hsdp,
+        "fsdp_tp_compiled": lambda mesh, rank: fsdp_tp(mesh, rank, lx.compile),
     }.items():
         start = time.monotonic()
         result[name] = scenario(mesh, rank)

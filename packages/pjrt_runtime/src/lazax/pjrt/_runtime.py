@@ -9,6 +9,7 @@ Contract (the narrow interface; a second implementation must stay possible):
 - ``adopt(buffer)``: a ``jax.Array`` made outside lazax, as a buffer of this runtime:
   the same object (no copy, its sharding kept) when all its devices are this
   process's, else a copy on the default device; counted in ``memory_stats`` either way.
+- ``copy(buffer)``: a new buffer of the same value on the same devices (asynchronous).
 - ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer);
   ``SplitAcrossProcessesError`` for a value split over several processes' devices
   (a replicated one reads back whole).
@@ -66,6 +67,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import jaxlib
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
@@ -201,6 +203,13 @@ class PjrtRuntime(JobMethods):
             raise
         self.memory.track((buffer,))
         return buffer
+
+    def copy(self, buffer: jax.Array) -> jax.Array:
+        """A new buffer of ``buffer``'s value, on its devices (one it may donate)."""
+        self._check_fault("to_device")
+        out = jnp.array(buffer, copy=True)
+        self.memory.track((out,))
+        return out
 
     def adopt(self, buffer: jax.Array) -> jax.Array:
         if not isinstance(buffer, jax.Array):

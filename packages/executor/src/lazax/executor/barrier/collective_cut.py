@@ -30,16 +30,31 @@ from lazax import ir
 
 from ..ops import get_lowering
 
-__all__ = ["PENDING_COLLECTIVES", "CutKeys", "is_collective", "run_cut", "tag_collective"]
+__all__ = [
+    "PENDING_COLLECTIVES",
+    "CutKeys",
+    "holds_collective",
+    "is_collective",
+    "run_cut",
+    "tag_collective",
+]
 
 # Tags collective nodes with their issue order (``node.data``), process-wide.
 _SEQUENCE = itertools.count()
 
-# The collective nodes traced and not yet gone. While any is, a sync donates nothing:
-# which inputs a process may donate depends on what it still holds, and a graph's
-# cache key includes it, so the processes would look up different keys for the same
-# program, and one would compile (and wait for the others to agree) while another ran.
+# The collective nodes traced and not yet gone. A graph holding one donates what the
+# graph itself says (``donation.agreed``), not what this process alone still holds: a
+# graph's cache key includes its donation, and processes that looked up different keys
+# for the same program would have one compile (and wait for the others to agree) while
+# another ran.
 PENDING_COLLECTIVES: weakref.WeakSet = weakref.WeakSet()
+
+
+def holds_collective(graph: ir.Graph) -> bool:
+    """Whether ``graph`` holds a collective still pending (cheap: the pending few are
+    looked up among the graph's nodes)."""
+    positions = graph.positions
+    return any(id(node) in positions for node in PENDING_COLLECTIVES)
 
 
 def tag_collective(node: ir.Node) -> None:

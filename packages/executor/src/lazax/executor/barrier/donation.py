@@ -22,6 +22,14 @@ held it: jax pairs the k-th donated input of a shape and dtype with the k-th out
 that shape and dtype, and a donated buffer paired with an output computed before the
 input's last read makes XLA copy the input first (at 24 layers, a copy of almost every
 parameter and optimizer state, each step). None when the roots' order already pairs them.
+``agreed(graph, targets, chosen)``: for a graph with collectives between the job's
+processes, ``(donate, copies)``. Every process must look up the same cache key for the
+same program, so what it donates cannot depend on what it alone still holds:
+``donate`` is the graph's own, the inputs that are the old value of a storage the sync
+writes with a value of the same spec (the same in every process that traced the same
+graph); ``copies``, those of them that ``chosen`` (this process's ``choose``) did not
+pick because something else holds them: the caller passes a copy of each instead, which
+the program writes over, so the holder keeps its value.
 ``LAZAX_DONATION=0`` turns donation off (``EXECUTOR.donation``), for debugging.
 The caller holds ``EXECUTOR.sync_lock`` from the decision until the results have
 replaced the targets' IR, and every op holds it while it reads IR (``dispatch``): no
@@ -35,7 +43,7 @@ from lazax import ir
 from ..config import settings
 from ..state.storage import StaleView, is_storage
 
-__all__ = ["DonationPolicy", "output_order"]
+__all__ = ["DonationPolicy", "agreed", "output_order"]
 
 
 class DonationPolicy:
@@ -76,6 +84,23 @@ class DonationPolicy:
         if leaf_counts is None or buffer_counts is None:
             return (False,) * len(leaves)
         return tuple(leaf == buffer == 1 for leaf, buffer in zip(leaf_counts, buffer_counts))
+
+
+def agreed(
+    graph: ir.Graph, targets, chosen: tuple[int, ...], enabled: bool = True
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The donation of a graph with collectives (see the module's contract)."""
+    if not enabled or not targets:
+        return (), ()
+    params = graph.parameters
+    index_of = {id(p): i for i, p in enumerate(params) if p.op == ir.DEVICE_DATA}
+    donate = set()
+    for k, t in enumerate(targets):
+        i = index_of.get(t.leaf_id) if is_storage(t) else None
+        if i is not None and graph.roots[k].spec == params[i].specs[0]:
+            donate.add(i)
+    kept = set(chosen)
+    return tuple(sorted(donate)), tuple(sorted(donate - kept))
 
 
 def output_order(graph: ir.Graph, donate: tuple[int, ...], targets) -> list[int] | None:

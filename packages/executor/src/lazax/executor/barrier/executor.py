@@ -45,10 +45,10 @@ from ..state.storage import COMMIT_LOCK, DEVICES_IN_USE, PENDING, by_device, is_
 from ..state.values import ir_value
 from .agreement import CollectiveGraphsDiffer, describe
 from .checks import CHECKS
-from .collective_cut import PENDING_COLLECTIVES, CutKeys, run_cut
+from .collective_cut import PENDING_COLLECTIVES, CutKeys, holds_collective, run_cut
 from .compile import CompileStage
 from .debug import unexpected_execution, user_location, user_site
-from .donation import DonationPolicy, output_order
+from .donation import DonationPolicy, agreed, output_order
 from .execute import execute
 from .keys import GraphFacts
 from .lower import lower
@@ -310,9 +310,11 @@ class GraphExecutor:
             eager = self.eager
             runtime = compiler.runtime
             placed = placement(graph, runtime)  # None unless something was ever sharded
-            donate = ()
-            if targets and not PENDING_COLLECTIVES:  # (see PENDING_COLLECTIVES)
+            donate = copies = ()
+            if targets:
                 donate = self.donation.choose(graph, roots, targets, bump)
+                if PENDING_COLLECTIVES and holds_collective(graph):  # (see there)
+                    donate, copies = agreed(graph, targets, donate, self.donation.enabled)
             shardings = placed[0] if placed is not None else None
             key = compiler.keys.memory_key(graph.hash, shardings, donate)
             entry = compiler.lookup(key)
@@ -354,6 +356,8 @@ class GraphExecutor:
                 metrics.bump("CachedCompile")
                 self.check_execution_allowed("an execution", graph)
             args = [p.data for p in graph.parameters]
+            for i in copies:  # donated by every process, held by more here
+                args[i] = runtime.copy(args[i])
             if placed is not None:
                 place_arguments(runtime, args, placed[1], graph.parameters)
             outputs = execute(
