@@ -24,6 +24,8 @@ started with torchrun's variables and ``XLA_FLAGS`` giving each its one CPU devi
 - ``memory``: the lazax memory FSDP2 holds between steps (``lx.memory_allocated()``
   after three steps and a ``sync(wait=True)``, less what was held before the model was
   built), resharding after forward or not, beside the bytes of the sharded parameters.
+- ``held_elsewhere``: process 0 alone holds an AdamW moment's buffer (``lx.to_jax``)
+  through steps that donate it in the other process.
 - ``compiled``, ``meta_init`` and ``dynamo`` (``_dtensor_init.py``): the FSDP2 step
   under ``lx.compile``; the model built on the meta device, sharded, then initialized;
   each block compiled by dynamo.
@@ -247,6 +249,32 @@ def memory(mesh, rank: int) -> dict:
     return out
 
 
+def held_elsewhere(mesh, rank: int) -> dict:
+    """Process 0 alone holds a moment's buffer (``lx.to_jax``) through a step that
+    donates it in the other process: it keeps its value, and training stays equal."""
+    torch.manual_seed(0)
+    reference = mlp()
+    model = sharded(copy.deepcopy(reference).to(lx.device()), mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    kept = None
+    for step in range(4):
+        if step == 2 and rank == 0:
+            moment = next(iter(opt.state.values()))["exp_avg"].to_local()
+            kept = lx.to_jax(moment)
+            kept_value = moment.cpu().clone()
+        half_step(model, opt, step, rank, lx.device())
+        lx.sync()
+        x, y = batch(step)
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+    out = {"error": max_error(model, reference)}
+    if kept is not None:
+        out["kept_changed"] = (torch.from_numpy(kept.__array__()) - kept_value).abs().max().item()
+    return out
+
+
 def checkpoint(mesh, rank: int) -> dict:
     def build(seed: int):
         torch.manual_seed(seed)
@@ -403,6 +431,7 @@ def main() -> None:
         "meta_init": lambda: meta_init(mesh, rank),
         "dynamo": lambda: dynamo(mesh, rank),
         "memory": lambda: memory(mesh, rank),
+        "held_elsewhere": lambda: held_elsewhere(mesh, rank),
         "mixed": lambda: mixed(mesh, DeviceMesh.from_group(gloo, "cpu"), rank),
         "checkpoint": lambda: checkpoint(mesh, rank),
         "from_rank0": lambda: from_rank0(mesh, rank),

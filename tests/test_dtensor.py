@@ -161,6 +161,16 @@ def test_fully_shard_holds_only_sharded_state_between_steps(ran):
             assert got["moments_in_place"] == got["moments"] == 8, got
 
 
+def test_a_buffer_one_process_holds_is_copied_not_donated_and_the_steps_agree(ran):
+    # Every process donates what the step's graph says (one cache key for all); where
+    # process 0 holds a moment's buffer too, it passes a copy for the program to write
+    # over: the buffer keeps its value, nothing hangs, training stays equal.
+    for result in ran:
+        assert result["held_elsewhere"]["error"] < 1e-5, result["held_elsewhere"]
+    assert ran[0]["held_elsewhere"]["kept_changed"] == 0.0
+    assert "kept_changed" not in ran[1]["held_elsewhere"]
+
+
 def test_distributed_checkpoint_of_fsdp2_resumes_equal_to_uninterrupted_training(ran):
     for result in ran:
         got = result["checkpoint"]
