@@ -11,8 +11,9 @@
 3. torch's own parallelism over the "lazax" backend, 2 processes x 1 device: a 4-block
    MLP (width 256, batch 32 per process, AdamW) under ``DistributedDataParallel``
    (buckets of 0.3 MB: five all-reduces a step) and under FSDP2 (``fully_shard`` on each
-   block and the root): programs run per steady step (``ExecuteTime``'s count) and the
-   median milliseconds a step, waited for, over ``--parallel-steps`` after 5 warm ones.
+   block and the root): programs run per steady step (``ExecuteTime``'s count), the
+   median milliseconds a step, waited for, over ``--parallel-steps`` after 5 warm ones,
+   and those steps' peak ``lx.max_memory_allocated()`` beside what is held between.
 
 On this host both processes share its cores, so the ratios say what the machinery
 costs here, not what separate hosts would see.
@@ -121,6 +122,8 @@ def parallel_worker(kind: str, steps: int) -> None:
     y = torch.randn(32, width).to(lx.device())
     times, programs = [], []
     for k in range(5 + steps):
+        if k == 5:  # the steady steps' peak: the state held, plus what a step needs
+            lx.reset_peak_memory_stats()
         ran = (lx.metrics.metric_data("ExecuteTime") or (0,))[0]
         start = time.perf_counter()
         opt.zero_grad()
@@ -133,7 +136,9 @@ def parallel_worker(kind: str, steps: int) -> None:
     if dist.get_rank() == 0:
         print(
             f"{kind}: {statistics.mean(programs):.1f} programs a step, "
-            f"{statistics.median(times) * 1e3:.1f} ms a step"
+            f"{statistics.median(times) * 1e3:.1f} ms a step, peak "
+            f"{lx.max_memory_allocated() / 2**20:.2f} MiB (held between steps "
+            f"{lx.memory_allocated() / 2**20:.2f} MiB)"
         )
 
 

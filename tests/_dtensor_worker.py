@@ -269,7 +269,10 @@ def held_elsewhere(mesh, rank: int) -> dict:
         ref_opt.zero_grad()
         torch.nn.functional.mse_loss(reference(x), y).backward()
         ref_opt.step()
-    out = {"error": max_error(model, reference)}
+    out = {
+        "error": max_error(model, reference),
+        "copies": lx.metrics.counter_value("DonationCopies"),
+    }
     if kept is not None:
         out["kept_changed"] = (torch.from_numpy(kept.__array__()) - kept_value).abs().max().item()
     return out

@@ -169,6 +169,9 @@ def test_a_buffer_one_process_holds_is_copied_not_donated_and_the_steps_agree(ra
         assert result["held_elsewhere"]["error"] < 1e-5, result["held_elsewhere"]
     assert ran[0]["held_elsewhere"]["kept_changed"] == 0.0
     assert "kept_changed" not in ran[1]["held_elsewhere"]
+    # Only there, once: the step after it took the buffer (the next step's input is the
+    # moment's new buffer). No scenario before this one in the worker copied anything.
+    assert ran[0]["held_elsewhere"]["copies"] == 1 and not ran[1]["held_elsewhere"]["copies"]
 
 
 def test_distributed_checkpoint_of_fsdp2_resumes_equal_to_uninterrupted_training(ran):

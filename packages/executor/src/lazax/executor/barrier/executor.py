@@ -358,6 +358,7 @@ class GraphExecutor:
             args = [p.data for p in graph.parameters]
             for i in copies:  # donated by every process, held by more here
                 args[i] = runtime.copy(args[i])
+                metrics.bump("DonationCopies")
             if placed is not None:
                 place_arguments(runtime, args, placed[1], graph.parameters)
             outputs = execute(
