@@ -15,6 +15,8 @@ mesh_dim_names=("dp", "tp"))`` (rank = 2 * dp + tp), started with torchrun's var
 - ``hsdp``: ``fully_shard`` over the whole 2-D mesh (replicated over ``dp``, sharded
   over ``tp``: HSDP), four steps, each process on its quarter of the batch.
 - ``fsdp_tp_compiled``: ``fsdp_tp`` with its step under ``lx.compile``.
+- ``xm_groups``: torch_xla's ``xm.all_reduce`` / ``all_gather`` / ``reduce_scatter``
+  with replica groups ``[[0, 3], [1, 2]]`` (the compatibility package).
 """
 
 import copy
@@ -156,6 +158,30 @@ def hsdp(mesh, rank: int) -> dict:
     return train(model, reference, lambda: slice(2 * rank, 2 * rank + 2))
 
 
+def xm_groups(mesh, rank: int) -> dict:
+    """torch_xla's collectives with replica groups, through the compatibility package
+    (imported here, after lazax: the device keeps its name "lazax" for the rest)."""
+    import torch_xla.core.xla_model as xm
+
+    dev = lx.device()
+    groups = [[0, 3], [1, 2]]  # not a mesh dimension's
+    x = torch.arange(4.0, device=dev) + 10 * rank
+    summed = xm.all_reduce(xm.REDUCE_SUM, x, scale=0.5, groups=groups)
+    gathered = xm.all_gather(x, dim=0, groups=groups)
+    piece = xm.reduce_scatter(xm.REDUCE_SUM, x, 1.0, 0, 2, groups=groups)
+    try:
+        xm.all_reduce(xm.REDUCE_SUM, x, groups=[[0, 1], [2]])
+        refused = ""
+    except ValueError as err:
+        refused = str(err)
+    return {
+        "sum": summed.cpu().tolist(),
+        "all_gather": gathered.cpu().tolist(),
+        "reduce_scatter": piece.cpu().tolist(),
+        "refused": refused,
+    }
+
+
 def main() -> None:
     dist.init_process_group("lazax")  # joins the job itself
     rank = dist.get_rank()
@@ -166,6 +192,7 @@ def main() -> None:
         "fsdp_tp": fsdp_tp,
         "hsdp": hsdp,
         "fsdp_tp_compiled": lambda mesh, rank: fsdp_tp(mesh, rank, lx.compile),
+        "xm_groups": xm_groups,
     }.items():
         start = time.monotonic()
         result[name] = scenario(mesh, rank)

@@ -358,3 +358,14 @@ def test_fsdp2_over_a_2d_mesh_trains_equal_to_the_cpu_one_program_a_step(ran_2d,
     assert hsdp["0.up.weight"] == ["[Replicate(), Shard(dim=0)]", [16, 16]]
     both = ran_2d[0]["fsdp_tp"]["placements"]
     assert both["0.down.weight"] == ["[Shard(dim=0), Shard(dim=1)]", [8, 16]]
+
+
+def test_torch_xla_replica_groups_reduce_within_each_group(ran_2d):
+    for rank, result in enumerate(ran_2d):
+        got = result["xm_groups"]
+        group = [0, 3] if rank in (0, 3) else [1, 2]
+        inputs = [torch.arange(4.0) + 10 * r for r in group]
+        assert got["sum"] == (sum(inputs) * 0.5).tolist()
+        assert got["all_gather"] == torch.cat(inputs).tolist()
+        assert got["reduce_scatter"] == sum(inputs).chunk(2)[group.index(rank)].tolist()
+        assert "every replica of the 4 once" in got["refused"]

@@ -120,7 +120,10 @@ def test_all_reduce_of_one_replica_is_the_value_scaled():
     torch.testing.assert_close(many[1].cpu(), torch.full((3,), 8.0))
     with pytest.raises(ValueError):
         xm.all_reduce("median", t)
-    with pytest.raises(NotImplementedError):
+    # Replica groups: one replica is one group of itself; a replica that is not there
+    # is refused (4 processes with groups: tests/test_dtensor.py).
+    torch.testing.assert_close(xm.all_reduce(xm.REDUCE_SUM, t, groups=[[0]]).cpu(), t.cpu())
+    with pytest.raises(ValueError, match="every replica of the 1 once"):
         xm.all_reduce(xm.REDUCE_SUM, t, groups=[[0, 1]])
 
 

@@ -18,7 +18,11 @@ Contract:
   replica, the reduction of one value (``scale`` applied); with several, through
   ``torch.distributed`` when a process group (lazax's ``"lazax"`` backend) is initialized.
   ``all_reduce`` of a tensor returns a new tensor; of a list, updates it in place and
-  returns it. ``groups`` other than None is not supported (``NotImplementedError``).
+  returns it. ``groups`` (torch_xla's replica groups: lists of ordinals that together
+  hold every replica once, ``[[0, 1], [2, 3]]``) reduce, gather and scatter within each
+  replica's own group: a ``torch.distributed.new_group`` per list (made once per
+  ``groups``, by every process, as torch asks), over lazax's sub-groups; groups that do
+  not cover every replica once raise ``ValueError``.
 - ``get_rng_state(device=None)`` is one int holding lazax's (seed, counter) pair
   (``seed + counter * 2**64``); ``set_rng_state(seed, device=None)`` takes such an int
   (or a plain seed) and restores it, so a saved state repeats the same random numbers.
@@ -151,9 +155,28 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def _no_groups(groups) -> None:
-    if groups:
-        raise NotImplementedError("replica groups are not supported by lazax's torch_xla")
+_GROUPS: dict = {}  # replica groups -> this process's torch group of them
+
+
+def _group(groups):
+    """This replica's torch process group among ``groups``; None for all replicas."""
+    if not groups:
+        return None
+    key = tuple(tuple(int(r) for r in group) for group in groups)
+    if key not in _GROUPS:
+        count = world_size()
+        if sorted(r for group in key for r in group) != list(range(count)):
+            raise ValueError(
+                f"replica groups must hold every replica of the {count} once; got "
+                f"{[list(g) for g in key]}"
+            )
+        if not _distributed():
+            _GROUPS[key] = None
+        else:
+            made = [torch.distributed.new_group(list(group)) for group in key]
+            me = get_ordinal()
+            _GROUPS[key] = next(pg for group, pg in zip(key, made) if me in group)
+    return _GROUPS[key]
 
 
 _OPS = {
@@ -166,13 +189,13 @@ _OPS = {
 }
 
 
-def _reduce(reduce_type: str, tensor: torch.Tensor, scale: float) -> torch.Tensor:
+def _reduce(reduce_type: str, tensor: torch.Tensor, scale: float, group=None) -> torch.Tensor:
     if reduce_type not in _OPS:
         raise ValueError(f"unknown reduce type {reduce_type!r}; expected one of {list(_OPS)}")
     result = tensor.clone()
     if _distributed():
         dist = torch.distributed
-        dist.all_reduce(result, op=getattr(dist.ReduceOp, _OPS[reduce_type]))
+        dist.all_reduce(result, op=getattr(dist.ReduceOp, _OPS[reduce_type]), group=group)
     if scale != 1.0:
         result = result * scale
     return result
@@ -180,21 +203,22 @@ def _reduce(reduce_type: str, tensor: torch.Tensor, scale: float) -> torch.Tenso
 
 def all_reduce(reduce_type: str, inputs, scale: float = 1.0, groups=None, pin_layout=True):
     """Reduce ``inputs`` over the replicas (see the module docstring)."""
-    _no_groups(groups)
+    group = _group(groups)
     if isinstance(inputs, torch.Tensor):
-        return _reduce(reduce_type, inputs, scale)
+        return _reduce(reduce_type, inputs, scale, group)
     for tensor in inputs:
         with torch.no_grad():
-            tensor.copy_(_reduce(reduce_type, tensor, scale))
+            tensor.copy_(_reduce(reduce_type, tensor, scale, group))
     return inputs
 
 
 def all_gather(value: torch.Tensor, dim: int = 0, groups=None, output=None, pin_layout=True):
     """Every replica's ``value`` concatenated along ``dim``."""
-    _no_groups(groups)
+    group = _group(groups)
     if _distributed():
-        parts = [torch.empty_like(value) for _ in range(torch.distributed.get_world_size())]
-        torch.distributed.all_gather(parts, value.contiguous())
+        count = torch.distributed.get_world_size(group)
+        parts = [torch.empty_like(value) for _ in range(count)]
+        torch.distributed.all_gather(parts, value.contiguous(), group=group)
         result = torch.cat(parts, dim=dim)
     else:
         result = value.clone()
@@ -208,9 +232,10 @@ def reduce_scatter(
     reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None, pin_layout=True
 ):
     """Reduce ``input`` over the replicas and keep this replica's ``1/shard_count``."""
-    _no_groups(groups)
-    reduced = _reduce(reduce_type, input, scale)
-    piece = reduced.chunk(shard_count, dim=scatter_dim)[get_ordinal() % shard_count]
+    group = _group(groups)
+    reduced = _reduce(reduce_type, input, scale, group)
+    mine = torch.distributed.get_rank(group) if group is not None else get_ordinal()
+    piece = reduced.chunk(shard_count, dim=scatter_dim)[mine % shard_count]
     if output is not None:
         output.copy_(piece)
         return output
