@@ -6,7 +6,9 @@ mesh_dim_names=("dp", "tp"))`` (rank = 2 * dp + tp), started with torchrun's var
 - ``collectives``: each dimension's group (``mesh.get_group``): ``all_reduce`` (sum,
   max, avg), ``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``all_to_all_single``
   (torch's functional collectives), ``broadcast`` and ``barrier``, on values made from
-  the rank; the test computes what each should give.
+  the rank; the test computes what each should give. Also the replica groups of the
+  all-gathers in the sum's optimized program (``lx.dump_graphs``), and a sum over groups
+  of unequal sizes (``new_group([0])``, ``new_group([1, 2, 3])``).
 - ``fsdp_tp``: a two-block MLP, tensor parallel over ``tp`` (``ColwiseParallel`` /
   ``RowwiseParallel``), then ``fully_shard`` over ``dp``; AdamW, four steps, each ``dp``
   group on its half of the batch (the ``tp`` pair on the same half); torch on the CPU
@@ -21,6 +23,9 @@ mesh_dim_names=("dp", "tp"))`` (rank = 2 * dp + tp), started with torchrun's var
 
 import copy
 import json
+import pathlib
+import re
+import tempfile
 import time
 
 import torch
@@ -39,7 +44,12 @@ def collectives(mesh, rank: int) -> dict:
     for dim in ("dp", "tp"):
         group = mesh.get_group(dim)
         ones = torch.ones(2, device=dev) * (rank + 1)
-        dist.all_reduce(ones, group=group)
+        with tempfile.TemporaryDirectory() as where, lx.dump_graphs(where):
+            dist.all_reduce(ones, group=group)
+            ones.cpu()
+            hlo = [f.read_text() for f in pathlib.Path(where).rglob("*.hlo.txt")]
+        pattern = r"all-gather\(.*?replica_groups=(\{[{},0-9]*\})"
+        grouped = sorted(set(re.findall(pattern, "".join(hlo))))
         top = torch.tensor([rank], device=dev)
         dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
         mean = torch.tensor([rank], device=dev)
@@ -53,6 +63,7 @@ def collectives(mesh, rank: int) -> dict:
         dist.barrier(group=group)
         out[dim] = {
             "ranks": dist.get_process_group_ranks(group),
+            "replica_groups": grouped,
             "sum": ones.cpu().tolist(),
             "max": top.cpu().tolist(),
             "avg": mean.cpu().tolist(),
@@ -61,6 +72,11 @@ def collectives(mesh, rank: int) -> dict:
             "all_to_all": exchanged.cpu().tolist(),
             "broadcast": sent.cpu().tolist(),
         }
+    # Groups of unequal sizes: the job's all-gather, and each group's rows of it.
+    alone, rest = dist.new_group([0]), dist.new_group([1, 2, 3])
+    ones = torch.ones(2, device=dev) * (rank + 1)
+    dist.all_reduce(ones, group=alone if rank == 0 else rest)
+    out["uneven_sum"] = ones.cpu().tolist()
     return out
 
 

@@ -342,6 +342,12 @@ def test_each_dimension_of_a_2d_mesh_is_a_group_whose_collectives_equal_torchs(r
             assert got["reduce_scatter"] == sum(inputs).chunk(2)[me].tolist()
             assert got["all_to_all"] == torch.cat([x.chunk(2)[me] for x in inputs]).tolist()
             assert got["broadcast"] == [float(ranks[1])] * 2  # from the group's rank 1
+            # One all-gather within each group of the dimension, XLA's replica groups.
+            groups = "{{0,2},{1,3}}" if dim == "dp" else "{{0,1},{2,3}}"
+            assert got["replica_groups"] == [groups], got["replica_groups"]
+        # Groups of unequal sizes: the job's all-gather and each group's rows of it.
+        uneven = [1.0] * 2 if rank == 0 else [9.0] * 2
+        assert result["collectives"]["uneven_sum"] == uneven
 
 
 @pytest.mark.parametrize("scenario", ["fsdp_tp", "hsdp", "fsdp_tp_compiled"])

@@ -53,6 +53,15 @@ def _gather_job(x: torch.Tensor) -> torch.Tensor:
     return _tagged(_GATHER, (torch.ops.aten.unsqueeze.default(x, 0), count, _JOB), {})
 
 
+_GROUP_GATHER = torch.ops.lazax.group_gather.default
+_GROUPS = OpPlan(_GROUP_GATHER, _GROUP_GATHER.name(), FUNCTIONAL)
+
+
+def _gather_groups(x: torch.Tensor, partition: list, size: int) -> torch.Tensor:
+    """Every member's ``x`` within each group of ``partition``: ``(size, *x.shape)``."""
+    return _tagged(_GROUPS, (x, partition, size), {})
+
+
 def _traced(func):
     plan = OpPlan(func, func.name(), FUNCTIONAL)
 
@@ -60,7 +69,7 @@ def _traced(func):
         group = kwargs.get("group_name", args[-1] if args else None)
         members = subgroups.members_of(group) if group is not None else None
         if members is not None:
-            return subgroups.run(func, args, kwargs, members, _gather_job)
+            return subgroups.run(func, args, kwargs, members, _gather_job, _gather_groups)
         return _tagged(plan, args, kwargs)
 
     return run

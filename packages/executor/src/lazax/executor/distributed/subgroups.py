@@ -5,26 +5,31 @@ Contract:
 - ``members_of(name)``: for torch's group named ``name``, ``None`` when it is the whole
   job in process order (its collectives are the lowerings of ``ops.collectives``, over
   the job's process axis), else the ``Members`` of this process's group: its global
-  ranks as a ``(size,)`` int64 lazax tensor, and this process's position in it as a
-  ``(1,)`` one. Both are device data, made once per group (no upload per step).
-- ``run(func, args, kwargs, members, gather)``: torch's functional collective ``func``
-  (``torch.ops._c10d_functional``: ``all_reduce``, ``all_gather_into_tensor``,
-  ``reduce_scatter_tensor``, their ``_coalesced`` forms, ``all_to_all_single`` with equal
-  splits, ``broadcast`` from a group rank) over the group, with torch's semantics and
-  result dtypes. Each is one all-gather over the whole job (``gather``: ``x`` to
-  ``(processes, *x.shape)``, the traced collective) and the group's rows of it, picked
-  by the members tensor. Why: every process of a job runs the same program, and the
-  processes of a DeviceMesh dimension are in different groups; with the members as the
-  program's input rather than its constants, their graphs stay equal, so a step with
-  collectives over two dimensions (FSDP2 over one, tensor parallel over the other) is
-  one program, agreed and compiled once. jax has no grouped sum inside a per-process
-  program (``psum``'s ``axis_index_groups`` raises ``NotImplementedError`` under
-  ``shard_map``). The price: each process receives every process's input, (job size /
-  group size) times what a grouped collective moves.
-- So every process of the job must run each program that holds a group collective: the
+  ranks, as a ``(size,)`` int64 lazax tensor too, this process's position in it as a
+  ``(1,)`` one (device data, made once per group: no upload per step), and
+  ``partition``: every process's group, flattened, when they are groups of one size
+  that hold each process once (the groups of a DeviceMesh dimension, ``new_subgroups``),
+  else None. The partition is learnt at the group's first collective, where every
+  process of the job meets (``pjrt.exchange``): a group used by its own processes only
+  raises ``TimeoutError`` there, saying so, after ``LAZAX_DISTRIBUTED_TIMEOUT``.
+- ``run(func, args, kwargs, members, gather_job, gather_groups)``: torch's functional
+  collective ``func`` (``torch.ops._c10d_functional``: ``all_reduce``,
+  ``all_gather_into_tensor``, ``reduce_scatter_tensor``, their ``_coalesced`` forms,
+  ``all_to_all_single`` with equal splits, ``broadcast`` from a group rank) over the
+  group, with torch's semantics and result dtypes. Each is one all-gather, traced, and
+  work on its rows: with a partition, an all-gather within each group
+  (``gather_groups(x, partition, size)``: ``lazax::group_gather``); else one over the
+  whole job (``gather_job(x)``: ``(processes, *x.shape)``) and the group's rows of it,
+  picked by the members tensor, which moves (job size / group size) times more. Why
+  all-gathers: jax has no grouped sum inside a per-process program (``psum``'s
+  ``axis_index_groups`` raises ``NotImplementedError`` under ``shard_map``; its
+  all-gather takes groups). Either way the graph is the same in every process (the
+  partition is the same everywhere, and a position is the program's input, not its
+  constant), so a step with collectives over two dimensions (FSDP2 over one, tensor
+  parallel over the other) is one program, agreed and compiled once.
+- So every process of the job runs each program that holds a group collective: the
   groups used at one point cover the job, each process calling on its own (as the
-  groups of one DeviceMesh dimension do). A group that leaves processes out, when those
-  do not call, is met by the job's agreement timeout (``LAZAX_DISTRIBUTED_TIMEOUT``).
+  groups of one DeviceMesh dimension do).
 - The calls are aten ops on lazax tensors from inside lazax's dispatch (no composite
   ops: those would reach the dispatch whole).
 """
@@ -32,6 +37,7 @@ Contract:
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,6 +45,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _resolve_process_group
 
+from lazax import pjrt
+
+from ..barrier.agreement import timeout_s
 from ..barrier.executor import EXECUTOR
 from ..config import DEVICE_NAME
 
@@ -54,6 +63,7 @@ class Members:
     rank: int  # this process's rank in the group
     indices: torch.Tensor  # (size,) int64: ``ranks`` on the device
     position: torch.Tensor  # (1,) int64: ``rank`` on the device
+    partition: tuple | None  # every process's group, flattened (equal sizes), or None
 
     @property
     def size(self) -> int:
@@ -79,8 +89,34 @@ def members_of(name) -> Members | None:
                 rank,
                 torch.tensor(ranks, dtype=torch.int64).to(device),
                 torch.tensor([rank], dtype=torch.int64).to(device),
+                _partition(ranks),
             )
     return _MEMBERS[key]
+
+
+_MET = [0]  # the groups whose partition this process learnt
+
+
+def _partition(ranks: tuple) -> tuple | None:
+    """Every process's group at this group's first collective (see the contract)."""
+    _MET[0] += 1
+    count = EXECUTOR.runtime.process_count
+    try:
+        everyone = pjrt.exchange(
+            f"subgroups/{_MET[0]}", json.dumps(ranks).encode(), timeout_s(), "at a group"
+        )
+    except TimeoutError as err:
+        raise TimeoutError(
+            f"lazax: the first collective over the group of ranks {list(ranks)}: a "
+            f"group's collectives run in one program of every process of the job, so "
+            f"each process must issue it at the same point, each on its own group (as "
+            f"the groups of a DeviceMesh dimension do); {err}"
+        ) from None
+    groups = sorted({tuple(json.loads(data)) for data in everyone})
+    held = sorted(r for group in groups for r in group)
+    if held != list(range(count)) or len({len(g) for g in groups}) != 1:
+        return None
+    return tuple(r for group in groups for r in group)
 
 
 def _reduced(rows: torch.Tensor, op: str, count: int) -> torch.Tensor:
@@ -121,13 +157,16 @@ def _reduced(rows: torch.Tensor, op: str, count: int) -> torch.Tensor:
 class _Group:
     """The group's collectives over one tensor each, from the job's all-gather."""
 
-    def __init__(self, members: Members, gather: Callable) -> None:
+    def __init__(self, members: Members, gather_job: Callable, gather_groups: Callable) -> None:
         self.m = members
-        self.gather = gather
+        self.gather_job = gather_job
+        self.gather_groups = gather_groups
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """The group's inputs, stacked in group-rank order: ``(size, *x.shape)``."""
-        return aten.index_select.default(self.gather(x), 0, self.m.indices)
+        if self.m.partition is not None:
+            return self.gather_groups(x, list(self.m.partition), self.m.size)
+        return aten.index_select.default(self.gather_job(x), 0, self.m.indices)
 
     def check_size(self, group_size: int, what: str) -> None:
         if group_size != self.m.size:
@@ -183,9 +222,9 @@ def _arguments(func, args, kwargs) -> dict:
     return {**dict(zip(names, args)), **kwargs}
 
 
-def run(func, args, kwargs, members: Members, gather: Callable):
+def run(func, args, kwargs, members: Members, gather_job: Callable, gather_groups: Callable):
     """``func`` (a functional collective) over ``members``' group; see the docstring."""
-    group = _Group(members, gather)
+    group = _Group(members, gather_job, gather_groups)
     a = _arguments(func, args, kwargs)
     name = func._schema.name.split("::")[-1]
     if name == "all_reduce":

@@ -11,6 +11,11 @@ name is not read; ``group_size`` is the job's process count, which the output sh
 torch infers already carry. Reductions: ``sum``, ``avg`` (integers: floor division,
 as the sum divided by the count), ``product``, ``min``, ``max``, ``band``, ``bor``,
 ``bxor``; another raises ``ValueError`` naming them.
+``lazax::group_gather(input, groups, group_size)``: within each group of processes of
+``groups`` (a partition of the job into groups of ``group_size``, flattened, each
+group's ranks in its rank order), every member's ``input`` stacked:
+``(group_size, *input.shape)``, as one all-gather per group (``distributed.subgroups``
+builds a sub-group's collectives on it).
 """
 
 from __future__ import annotations
@@ -125,3 +130,20 @@ if torch.distributed.is_available():
     @lowering(_c10d.broadcast.default, collective=True)
     def _broadcast(ctx, x, src, group_name):
         return _gathered(x)[src]
+
+
+_LIB = torch.library.Library("lazax", "FRAGMENT")
+_LIB.define("group_gather(Tensor input, int[] groups, int group_size) -> Tensor")
+
+
+def _group_gather_fake(input, groups, group_size):
+    return input.new_empty((group_size, *input.shape))
+
+
+torch.library.register_fake("lazax::group_gather", _group_gather_fake, lib=_LIB)
+
+
+@lowering(torch.ops.lazax.group_gather.default, collective=True)
+def _group_gather(ctx, x, groups, group_size):
+    parts = [list(groups[k : k + group_size]) for k in range(0, len(groups), group_size)]
+    return lax.all_gather(x, PROCESS_AXIS, axis_index_groups=parts)
