@@ -72,6 +72,10 @@ def collectives(mesh, rank: int) -> dict:
             "all_to_all": exchanged.cpu().tolist(),
             "broadcast": sent.cpu().tolist(),
         }
+    # A group's barrier waits for its own processes only: 2 and 3 do not come.
+    if rank in (0, 1):
+        dist.barrier(group=mesh.get_group("tp"))
+    out["own_barrier"] = True
     # Groups of unequal sizes: the job's all-gather, and each group's rows of it.
     alone, rest = dist.new_group([0]), dist.new_group([1, 2, 3])
     ones = torch.ones(2, device=dev) * (rank + 1)

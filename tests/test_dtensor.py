@@ -346,6 +346,7 @@ def test_each_dimension_of_a_2d_mesh_is_a_group_whose_collectives_equal_torchs(r
             groups = "{{0,2},{1,3}}" if dim == "dp" else "{{0,1},{2,3}}"
             assert got["replica_groups"] == [groups], got["replica_groups"]
         # Groups of unequal sizes: the job's all-gather and each group's rows of it.
+        assert result["collectives"]["own_barrier"]  # processes 0 and 1 alone
         uneven = [1.0] * 2 if rank == 0 else [9.0] * 2
         assert result["collectives"]["uneven_sum"] == uneven
 

@@ -49,7 +49,7 @@ from ..config import DEVICE_NAME
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor
 from .fsdp import install as _install_fsdp
-from .subgroups import members_of
+from .subgroups import ranks_of
 
 __all__ = ["LazaxProcessGroup", "process_group_made"]
 
@@ -280,13 +280,13 @@ class LazaxProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         self._barriers += 1
-        members = members_of(self.group_name)
-        if members is None:
+        ranks = ranks_of(self.group_name)
+        if ranks is None:
             pjrt.barrier(f"process_group/{self._barriers}", _timeout(opts))
         else:
             # Its own tags: the job's other groups meet at barriers of their own.
-            tag = f"process_group/{'-'.join(map(str, members.ranks))}/{self._barriers}"
-            pjrt.barrier(tag, _timeout(opts), processes=members.ranks)
+            tag = f"process_group/{'-'.join(map(str, ranks))}/{self._barriers}"
+            pjrt.barrier(tag, _timeout(opts), processes=ranks)
         return _Done([])
 
 

@@ -12,6 +12,8 @@ Contract:
   else None. The partition is learnt at the group's first collective, where every
   process of the job meets (``pjrt.exchange``): a group used by its own processes only
   raises ``TimeoutError`` there, saying so, after ``LAZAX_DISTRIBUTED_TIMEOUT``.
+- ``ranks_of(name)``: the group's global ranks alone (None for the whole job), with no
+  meeting: what a group's ``barrier`` needs.
 - ``run(func, args, kwargs, members, gather_job, gather_groups)``: torch's functional
   collective ``func`` (``torch.ops._c10d_functional``: ``all_reduce``,
   ``all_gather_into_tensor``, ``reduce_scatter_tensor``, their ``_coalesced`` forms,
@@ -51,7 +53,7 @@ from ..barrier.agreement import timeout_s
 from ..barrier.executor import EXECUTOR
 from ..config import DEVICE_NAME
 
-__all__ = ["Members", "members_of", "run"]
+__all__ = ["Members", "members_of", "ranks_of", "run"]
 
 aten = torch.ops.aten
 _c10d = torch.ops._c10d_functional
@@ -73,13 +75,27 @@ class Members:
 _MEMBERS: dict[str, Members | None] = {}
 
 
+def ranks_of(name) -> tuple | None:
+    """The global ranks of torch's group ``name`` (a group or its name), in group-rank
+    order; None when it is the whole job in process order."""
+    key = name if isinstance(name, str) else name.group_name
+    if key not in _RANKS:
+        group = _resolve_process_group(key) if isinstance(name, str) else name
+        ranks = tuple(dist.get_process_group_ranks(group))
+        whole = ranks == tuple(range(EXECUTOR.runtime.process_count))
+        _RANKS[key] = None if whole else ranks
+    return _RANKS[key]
+
+
+_RANKS: dict[str, tuple | None] = {}
+
+
 def members_of(name) -> Members | None:
     """This process's group of ``name`` (a group or its name), or None for the job."""
     key = name if isinstance(name, str) else name.group_name
     if key not in _MEMBERS:
-        group = _resolve_process_group(key) if isinstance(name, str) else name
-        ranks = tuple(dist.get_process_group_ranks(group))
-        if ranks == tuple(range(EXECUTOR.runtime.process_count)):
+        ranks = ranks_of(name)
+        if ranks is None:
             _MEMBERS[key] = None
         else:
             device = torch.device(DEVICE_NAME, 0)
