@@ -16,7 +16,8 @@ mesh_dim_names=("dp", "tp"))`` (rank = 2 * dp + tp), started with torchrun's var
   programs each step ran and the collective cuts.
 - ``hsdp``: ``fully_shard`` over the whole 2-D mesh (replicated over ``dp``, sharded
   over ``tp``: HSDP), four steps, each process on its quarter of the batch.
-- ``fsdp_tp_compiled``: ``fsdp_tp`` with its step under ``lx.compile``.
+- ``fsdp_tp_compiled``: ``fsdp_tp`` with its step under ``lx.compile``;
+  ``fsdp_tp_dynamo``: with each block compiled by dynamo (``block.compile``).
 - ``xm_groups``: torch_xla's ``xm.all_reduce`` / ``all_gather`` / ``reduce_scatter``
   with replica groups ``[[0, 3], [1, 2]]`` (the compatibility package).
 """
@@ -31,10 +32,12 @@ import time
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
+from torch._dynamo.utils import counters
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+import lazax.dynamo  # noqa: F401  (the "lazax" backend of torch.compile)
 import lazax.modes as lx
 
 
@@ -156,16 +159,21 @@ def train(model, reference, rows, step_fn=None) -> dict:
     }
 
 
-def fsdp_tp(mesh, rank: int, step_fn=None) -> dict:
+def fsdp_tp(mesh, rank: int, step_fn=None, dynamo: bool = False) -> dict:
     torch.manual_seed(0)
     reference = blocks()
     model = copy.deepcopy(reference).to(lx.device())
     for block in model:
         parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
         fully_shard(block, mesh=mesh["dp"])
+        if dynamo:  # TorchTitan's way: each block compiled after it is sharded
+            block.compile(backend="lazax")
     fully_shard(model, mesh=mesh["dp"])
     dp = mesh.get_local_rank("dp")
-    return train(model, reference, lambda: slice(4 * dp, 4 * dp + 4), step_fn)
+    out = train(model, reference, lambda: slice(4 * dp, 4 * dp + 4), step_fn)
+    if dynamo:
+        out["dynamo"] = {k: dict(counters[k]) for k in ("frames", "graph_break")}
+    return out
 
 
 def hsdp(mesh, rank: int) -> dict:
@@ -212,6 +220,7 @@ def main() -> None:
         "fsdp_tp": fsdp_tp,
         "hsdp": hsdp,
         "fsdp_tp_compiled": lambda mesh, rank: fsdp_tp(mesh, rank, lx.compile),
+        "fsdp_tp_dynamo": lambda mesh, rank: fsdp_tp(mesh, rank, dynamo=True),
         "xm_groups": xm_groups,
     }.items():
         start = time.monotonic()

@@ -351,16 +351,24 @@ def test_each_dimension_of_a_2d_mesh_is_a_group_whose_collectives_equal_torchs(r
         assert result["collectives"]["uneven_sum"] == uneven
 
 
-@pytest.mark.parametrize("scenario", ["fsdp_tp", "hsdp", "fsdp_tp_compiled"])
-def test_fsdp2_over_a_2d_mesh_trains_equal_to_the_cpu_one_program_a_step(ran_2d, scenario):
+@pytest.mark.parametrize("scenario", ["fsdp_tp", "hsdp", "fsdp_tp_compiled", "fsdp_tp_dynamo"])
+def test_fsdp2_over_a_2d_mesh_trains_equal_to_the_cpu(ran_2d, scenario):
     # fsdp_tp: tensor parallel over tp, FSDP2 over dp (also with the step under
-    # lx.compile); hsdp: fully_shard over both (replicated over dp, sharded over tp).
-    # Collectives of both groups in one program.
+    # lx.compile, and with each block compiled by dynamo); hsdp: fully_shard over both
+    # (replicated over dp, sharded over tp).
     for result in ran_2d:
         got = result[scenario]
         torch.testing.assert_close(got["losses"], got["ref_losses"], rtol=1e-5, atol=0)
         assert max(got["param_errors"].values()) < 1e-6, got["param_errors"]
-        assert got["programs"][1:] == [1, 1, 1] and got["cuts"][1:] == [0, 0, 0], got
+        assert got["cuts"][1:] == [0, 0, 0], got
+        if scenario == "fsdp_tp_dynamo":
+            frames = got["dynamo"]["frames"]
+            assert frames["ok"] == frames["total"] > 0 and not got["dynamo"]["graph_break"]
+            # The compiled blocks' graphs hold tensor parallel's collectives, and each
+            # replays as a program of its own: the same programs every step.
+            assert len(set(got["programs"][1:])) == 1, got["programs"]
+        else:  # collectives of both groups in one program
+            assert got["programs"][1:] == [1, 1, 1], got["programs"]
     hsdp = ran_2d[0]["hsdp"]["placements"]
     assert hsdp["0.up.weight"] == ["[Replicate(), Shard(dim=0)]", [16, 16]]
     both = ran_2d[0]["fsdp_tp"]["placements"]
