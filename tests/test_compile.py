@@ -109,6 +109,43 @@ def test_max_different_graphs_on_a_function():
     roomy(torch.randn(10).to(DEV))
 
 
+def test_max_different_graphs_names_where_the_new_graph_leaves_the_seen_ones():
+    # The seen graphs form one trie of operations: the error names the first operation
+    # where the new graph leaves those sharing its longest prefix, and every operation
+    # they hold there.
+    def branches(x, step):
+        r = x + x
+        if step == 0:
+            return r * 2
+        if step == 1:
+            return r + x
+        return r / 3 if step == 2 else r
+
+    x = torch.rand(10).to(DEV)
+    limited = lx.compile(branches, max_different_graphs=2)
+    limited(x, 0)
+    limited(x, 1)
+    with pytest.raises(lx.GraphLimitExceeded, match="either of") as err:
+        limited(x, 2)
+    assert isinstance(err.value, RuntimeError)
+    assert (err.value.index, err.value.got.op) == (1, "aten::div.Tensor")
+    assert [op.op for op in err.value.expected] == ["aten::mul.Tensor", "aten::add.Tensor"]
+    assert [str(s) for s in err.value.got.specs] == ["float32[10]"]
+    with pytest.raises(lx.GraphLimitExceeded, match=r"now \(the end of the graph\)") as err:
+        limited(x, 3)  # ends where the seen graphs go on
+    assert err.value.got is None and len(err.value.operations) == 1
+    torch.testing.assert_close(limited(x, 1).cpu(), 3 * x.cpu())  # a seen graph still runs
+
+
+def test_max_different_graphs_says_when_only_the_inputs_differ():
+    add = lx.compile(lambda a, b: a + b, max_different_graphs=1)
+    x, y = torch.rand(4).to(DEV), torch.rand(4).to(DEV)
+    add(x, x)
+    with pytest.raises(lx.GraphLimitExceeded, match="its inputs differ") as err:
+        add(x, y)  # the same operations over two inputs instead of one
+    assert err.value.got is None and err.value.expected == (None,)
+
+
 def test_max_different_graphs_trips_across_entries_of_a_named_block():
     with pytest.raises(RuntimeError, match="max_different_graphs=1"):
         for n in (3, 4):

@@ -69,8 +69,38 @@ def test_compile_max_different_graphs_stops_a_recompiling_function():
 
     step(torch.ones(2, device=torch_xla.device()))
     step(torch.ones(2, device=torch_xla.device()))  # the same graph again
-    with pytest.raises(RuntimeError, match="allowed per function exceeded: 1\n.*lazax"):
+    with pytest.raises(RuntimeError, match=r"(?s)allowed per function exceeded: 1\nGot: .*\nlazax"):
         step(torch.ones(3, device=torch_xla.device()))
+
+
+def test_compile_graph_limit_names_the_operations_in_torch_xla_ir_words():
+    @torch_xla.compile(max_different_graphs=2, name="forks")
+    def forks(x, branch):
+        y = x * x
+        if branch == "sub":
+            return y - x
+        if branch == "max":
+            return torch.maximum(y, x)
+        return y.sum(dim=0) if branch == "sum" else y
+
+    x = torch.ones(2, 3, device=torch_xla.device())
+    forks(x, "sub")
+    forks(x, "max")
+    with pytest.raises(RuntimeError) as err:
+        forks(x, "sum")
+    assert str(err.value).startswith(
+        "Maximum number of different graphs allowed per function exceeded: 2\n"
+        "Got: [] aten::sum, xla_shape=f32[3]{0}, dynamic_dims: ()\n"
+        "Expected either of:\n"
+        "  - [] aten::sub, xla_shape=f32[2,3]{1,0}, dynamic_dims: ()\n"
+        "  - [] aten::maximum, xla_shape=f32[2,3]{1,0}, dynamic_dims: ()\n"
+        "lazax: compiled region 'forks'"
+    )
+    with pytest.raises(RuntimeError) as err:
+        forks(x, "none")  # the trace ends where the seen ones go on
+    assert "Reached the end of the function at: [] aten::mul, xla_shape=f32[2,3]{1,0}" in str(
+        err.value
+    )
 
 
 def test_compile_decorates_a_method():

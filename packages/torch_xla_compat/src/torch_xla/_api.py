@@ -12,7 +12,11 @@ Contract (torch_xla 2.9's documented behaviour, on the ``lazax`` device):
   ``lx.compile``: a decorator, a wrapper or a ``with`` block; one graph per call. A
   decorated method binds ``self``. Its errors begin in torch_xla's words ("Unexpected
   execution happens inside the compiled function, exiting", "Maximum number of
-  different graphs allowed per function exceeded: N"), then lazax's explanation.
+  different graphs allowed per function exceeded: N"), then lazax's explanation; the
+  graph-count error then says, in torch_xla's IR words (``[] aten::add,
+  xla_shape=f32[10]{0}, dynamic_dims: ()``), the operation where the new trace left the
+  traces seen (``Got:``, or ``Reached the end of the function at:``) and what they have
+  there (``Expected:`` / ``Expected either of:``), as torch_xla's detector does.
 - ``step()``: a ``with`` block that syncs on entry (pending work is not part of it)
   and on exit, even when the body raises.
 - ``manual_seed(seed, device=None)``: the device RNG's seed (random ops on the device
@@ -109,8 +113,66 @@ _WORDS = (
 )
 
 
+# lazax's dtype names -> XLA's primitive type names, as torch_xla prints its IR
+_XLA_TYPES = {
+    "bool": "pred",
+    "int8": "s8",
+    "int16": "s16",
+    "int32": "s32",
+    "int64": "s64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float32": "f32",
+    "float64": "f64",
+    "complex64": "c64",
+    "complex128": "c128",
+    "float8_e4m3fn": "f8e4m3fn",
+    "float8_e5m2": "f8e5m2",
+}
+
+
+def _xla_shape(spec) -> str:
+    dims = ",".join(map(str, spec.shape))
+    layout = "{" + ",".join(map(str, reversed(range(len(spec.shape))))) + "}" if spec.shape else ""
+    return f"{_XLA_TYPES.get(spec.dtype, spec.dtype)}[{dims}]{layout}"
+
+
+def _ir_line(op) -> str:
+    """One operation as torch_xla's IR text names it: ``[] aten::add, xla_shape=f32[10]{0},
+    dynamic_dims: ()`` (the overload name dropped, as torch_xla's IR has none)."""
+    if op is None:
+        return "(the end of the function)"
+    shapes = [_xla_shape(spec) for spec in op.specs]
+    shape = shapes[0] if len(shapes) == 1 else "(" + ", ".join(shapes) + ")"
+    return f"[] {op.op.split('.')[0]}, xla_shape={shape}, dynamic_dims: ()"
+
+
+def _graph_limit_words(err: lx.GraphLimitExceeded) -> str:
+    """torch_xla's report of its dynamic-shape detector: where the new trace left the
+    traces already seen (lazax compares the operations of the graphs as the same trie)."""
+    lines = [f"Maximum number of different graphs allowed per function exceeded: {err.limit}"]
+    if err.got is not None:
+        lines.append(f"Got: {_ir_line(err.got)}")
+    elif err.index > 0:
+        lines.append(
+            f"Reached the end of the function at: {_ir_line(err.operations[err.index - 1])}"
+        )
+    if len(err.expected) == 1:
+        lines.append(f"Expected: {_ir_line(err.expected[0])}")
+    else:
+        lines.append("Expected either of:")
+        lines += [f"  - {_ir_line(op)}" for op in err.expected]
+    return "\n".join(lines)
+
+
 def _in_torch_xla_words(err: RuntimeError, limit) -> RuntimeError:
     text = str(err)
+    if isinstance(err, lx.GraphLimitExceeded):
+        return RuntimeError(f"{_graph_limit_words(err)}\n{text}")
     for marker, words in _WORDS:
         if marker in text:
             return RuntimeError(f"{words.format(limit=limit)}\n{text}")

@@ -27,7 +27,7 @@ from ._version import __version__  # noqa: E402
 from .barrier.agreement import GraphsDifferError  # noqa: E402
 from .barrier.agreement import describe as describe_graph  # noqa: E402
 from .barrier.checks import CHECKS  # noqa: E402
-from .barrier.debug import GraphCountSession  # noqa: E402
+from .barrier.debug import GraphCountSession, GraphLimitExceeded, TracedOp  # noqa: E402
 from .barrier.executor import EXECUTOR, GraphExecutor  # noqa: E402
 from .barrier.lower import lower as lower_graph  # noqa: E402
 from .barrier.lower import lowered_text  # noqa: E402
@@ -127,6 +127,7 @@ __all__ = [
     "Replay",
     "DuplicateLoweringError",
     "GraphCountSession",
+    "GraphLimitExceeded",
     "GraphsDifferError",
     "GraphExecutor",
     "Layout",
@@ -136,6 +137,7 @@ __all__ = [
     "Mesh",
     "Sharding",
     "Storage",
+    "TracedOp",
     "__version__",
     "apply_eager_sync",
     "call_jax",

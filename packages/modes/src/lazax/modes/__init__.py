@@ -18,8 +18,10 @@ a = lx.to_jax(t); t = lx.from_jax(a)                  # the same buffer, no copy
 
 from lazax import executor as _executor
 from lazax.executor import (
+    GraphLimitExceeded,
     Mesh,
     Sharding,
+    TracedOp,
     call_jax,
     clear_sharding,
     from_jax,
@@ -47,6 +49,7 @@ from ._version import __version__
 __all__ = [
     "CompiledRegion",
     "DeviceLoader",
+    "GraphLimitExceeded",
     "Mesh",
     "Sharding",
     "__version__",
@@ -79,6 +82,7 @@ __all__ = [
     "sync",
     "sync_tensors",
     "to_jax",
+    "TracedOp",
     "wait_device_ops",
 ]
 

@@ -8,8 +8,10 @@ Contract:
   innermost frame outside lazax and torch. This is how ``compile(full_graph=True)`` is
   enforced: there is no strict-mode code path, in any process.
 - ``GraphCountSession(name, limit).check(graph)`` remembers the graphs a compiled region
-  runs and raises before compiling a graph that differs from all ``limit`` already seen,
-  naming the first differing node as it is now and as it was expected.
+  runs and raises ``GraphLimitExceeded`` (a ``RuntimeError``) before compiling a graph
+  that differs from all ``limit`` already seen, naming where its operations leave the
+  seen graphs (compared as a trie, as torch_xla's detector does), the operation it has
+  there and every operation the seen graphs have there.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import NamedTuple
 
 import torch
 
@@ -24,6 +27,8 @@ from lazax import ir
 
 __all__ = [
     "GraphCountSession",
+    "GraphLimitExceeded",
+    "TracedOp",
     "unexpected_execution",
     "user_frames",
     "user_location",
@@ -88,8 +93,66 @@ def unexpected_execution(cause: str, graph_name: str | None, graph: ir.Graph | N
     )
 
 
-def _summary(graph: ir.Graph) -> list[tuple[str, str]]:
-    return [(n.op, ", ".join(map(str, n.specs))) for n in graph.nodes]
+class TracedOp(NamedTuple):
+    """One operation of a traced graph as the graph-count limit reports it: the op's
+    name (``aten::mul.Tensor``) and the shapes and dtypes of its outputs."""
+
+    op: str
+    specs: tuple[ir.TensorSpec, ...]
+
+    def __str__(self) -> str:
+        return f"{self.op} -> {', '.join(map(str, self.specs))}"
+
+
+class GraphLimitExceeded(RuntimeError):
+    """A compiled region traced a graph unlike the ``limit`` it has already run.
+
+    Its operations (graph inputs left out) are compared with those of the graphs seen,
+    as one trie: ``operations`` are the new graph's; ``index`` is the first position
+    where it leaves every seen graph that shares its longest prefix; ``got`` is its
+    operation there (None: the new graph ends there) and ``expected`` lists, in the
+    order they were first seen, what those graphs have there (None for one that ends
+    there)."""
+
+    def __init__(
+        self, message: str, name: str, limit: int, operations: tuple, index: int, expected
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        self.limit = limit
+        self.operations: tuple[TracedOp, ...] = operations
+        self.index = index
+        self.expected: tuple[TracedOp | None, ...] = expected
+
+    @property
+    def got(self) -> TracedOp | None:
+        return self.operations[self.index] if self.index < len(self.operations) else None
+
+
+def _operations(graph: ir.Graph) -> tuple[TracedOp, ...]:
+    inputs = {id(node) for node in graph.parameters}
+    return tuple(TracedOp(n.op, tuple(n.specs)) for n in graph.nodes if id(n) not in inputs)
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def _where_it_leaves(now: tuple, seen) -> tuple[int, tuple]:
+    """The first position where ``now`` leaves the seen graphs of its longest common
+    prefix, and what those graphs hold there (None where one ends), each once."""
+    prefixes = [(_common_prefix(now, ops), ops) for ops in seen]
+    index = max(length for length, _ in prefixes)
+    expected: list = []
+    for length, ops in prefixes:
+        there = ops[index] if index < len(ops) else None
+        if length == index and there not in expected:
+            expected.append(there)
+    return index, tuple(expected)
+
+
+def _describe(op) -> str:
+    return "(the end of the graph)" if op is None else str(op)
 
 
 class GraphCountSession:
@@ -100,29 +163,37 @@ class GraphCountSession:
             raise ValueError(f"max_different_graphs must be at least 1, but got {limit}")
         self.name = name
         self.limit = limit
-        self.seen: dict[int, list[tuple[str, str]]] = {}
+        # graph hash -> its operations; graphs whose operations are equal (they differ in
+        # their inputs only) share one entry of the trie but count as graphs of their own
+        self.seen: dict[int, tuple[TracedOp, ...]] = {}
 
     def check(self, graph: ir.Graph) -> None:
         if graph.hash in self.seen:
             return
-        now = _summary(graph)
+        now = _operations(graph)
         if len(self.seen) >= self.limit:
-            expected = next(iter(self.seen.values()))
-            index = next(
-                (i for i, (a, b) in enumerate(zip(now, expected)) if a != b),
-                min(len(now), len(expected)),
-            )
-            got = f"{now[index][0]} -> {now[index][1]}" if index < len(now) else "(no node)"
-            want = (
-                f"{expected[index][0]} -> {expected[index][1]}"
-                if index < len(expected)
-                else "(no node)"
-            )
-            raise RuntimeError(
-                f"lazax: compiled region {self.name!r} traced a new graph, but "
-                f"max_different_graphs={self.limit} different graph(s) were already seen. "
-                f"First difference at node {index}: now {got}; expected {want}. A new input "
-                f"shape or dtype makes a new graph: keep shapes fixed (pad or bucket them), "
-                f"or raise max_different_graphs."
-            )
+            raise self._exceeded(now)
         self.seen[graph.hash] = now
+
+    def _exceeded(self, now: tuple) -> GraphLimitExceeded:
+        index, expected = _where_it_leaves(now, list(self.seen.values()))
+        got = now[index] if index < len(now) else None
+        if got is None and expected == (None,):
+            where = (
+                f"Its operations equal a seen graph's ({len(now)} operations); its inputs "
+                f"differ (their number, shapes or dtypes)."
+            )
+        else:
+            wanted = "; ".join(_describe(op) for op in expected)
+            either = "either of " if len(expected) > 1 else ""
+            where = (
+                f"First difference at operation {index}: now {_describe(got)}; "
+                f"expected {either}{wanted}."
+            )
+        message = (
+            f"lazax: compiled region {self.name!r} traced a new graph, but "
+            f"max_different_graphs={self.limit} different graph(s) were already seen. "
+            f"{where} A new input shape or dtype makes a new graph: keep shapes fixed "
+            f"(pad or bucket them), or raise max_different_graphs."
+        )
+        return GraphLimitExceeded(message, self.name, self.limit, now, index, expected)
