@@ -117,3 +117,21 @@ def test_scan_equals_the_cpu_with_gradients(where):
     (carry_l.sum() + ys_l.square().sum()).backward()
     torch.testing.assert_close(xl.grad.cpu(), x.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(wl.grad.cpu(), w.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_each_operator_takes_new_shapes_in_lazy_mode():
+    # torch runs the operators through dynamo, which traces a second shape with its sizes
+    # as inputs (automatic dynamic shapes): they reach lazax as numbers among the tensors
+    for rows, cols in ((4, 3), (2, 5), (6, 2)):
+        x = torch.randn(rows, cols)
+        w = torch.randn(cols, cols)
+        for fn, args in (
+            (with_cond, (x, w)),
+            (lambda x: with_while(x)[1], (x,)),
+            (lambda x: scan(lambda c, r: (c + r, c * r), x.new_zeros(cols), x), (x,)),
+        ):
+            expected = fn(*args)
+            got = fn(*(a.to(DEV) for a in args))
+            torch.testing.assert_close(
+                [g.cpu() for g in got] if isinstance(got, (tuple, list)) else got.cpu(), expected
+            )

@@ -41,11 +41,28 @@ def _cached(key: tuple, make):
     return found
 
 
+def _numbers_apart(values) -> tuple[list, object]:
+    """The tensors among ``values``, and ``put_back(tensors)``: ``values`` with those
+    tensors in their places. The numbers among them are dynamo's sizes: torch runs these
+    operators through dynamo, which after a call with other shapes traces sizes as
+    inputs (automatic dynamic shapes). Each is a plain number at run time, and lazax
+    traces per call, so it is a constant of the traced function."""
+    values = list(values)
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+
+    def put_back(new_tensors) -> list:
+        it = iter(new_tensors)
+        return [next(it) if isinstance(v, torch.Tensor) else v for v in values]
+
+    return tensors, put_back
+
+
 def _cond(pred, true_fn, false_fn, operands):
-    flat, tree = pytree.tree_flatten(operands)
+    leaves, tree = pytree.tree_flatten(operands)
+    flat, put_back = _numbers_apart(leaves)
 
     def branch(fn):
-        return trace(lambda *xs: fn(*pytree.tree_unflatten(list(xs), tree)), flat, "torch.cond")
+        return trace(lambda *xs: fn(*pytree.tree_unflatten(put_back(xs), tree)), flat, "torch.cond")
 
     on_true, on_false = branch(true_fn), branch(false_fn)
     if on_true.outputs != on_false.outputs:
@@ -83,10 +100,14 @@ def _tensors_only(values, what: str) -> list:
 
 def _while_loop(cond_fn, body_fn, carried_inputs, additional_inputs, **kwargs):
     carried = _tensors_only(carried_inputs, "while_loop")
-    extra = _tensors_only(additional_inputs, "while_loop")
+    extra, put_back = _numbers_apart(additional_inputs)
     n = len(carried)
-    test = trace(lambda *xs: cond_fn(*xs), carried + extra, "while_loop's cond_fn")
-    step = trace(lambda *xs: body_fn(*xs), carried + extra, "while_loop's body_fn")
+
+    def call(fn):
+        return lambda *xs: fn(*xs[:n], *put_back(xs[n:]))
+
+    test = trace(call(cond_fn), carried + extra, "while_loop's cond_fn")
+    step = trace(call(body_fn), carried + extra, "while_loop's body_fn")
     if step.outputs != [(tuple(c.shape), c.dtype) for c in carried]:
         raise RuntimeError(
             f"while_loop: body_fn must return tensors of the carried inputs' shapes and "
@@ -116,12 +137,15 @@ def _while_loop(cond_fn, body_fn, carried_inputs, additional_inputs, **kwargs):
 def _scan(combine_fn, init, xs, additional_inputs):
     init = _tensors_only(init, "scan")
     xs = _tensors_only(xs, "scan")
-    extra = _tensors_only(additional_inputs, "scan")
+    extra, put_back = _numbers_apart(additional_inputs)
     n = len(init)
     if not xs:
         return [*init]
     slices = [x.select(0, 0) for x in xs]
-    step = trace(lambda *v: combine_fn(*v), init + slices + extra, "scan's combine_fn")
+    m = n + len(slices)
+    step = trace(
+        lambda *v: combine_fn(*v[:m], *put_back(v[m:])), init + slices + extra, "scan's combine_fn"
+    )
     body = step.body
 
     def make():
