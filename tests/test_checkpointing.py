@@ -100,3 +100,21 @@ def test_the_recomputation_reaches_xla_behind_optimization_barriers():
         text = _lowered_program(reentrant, input_grad=reentrant)
         assert text.count("stablehlo.dot_general") == plain.count("stablehlo.dot_general") + 8
         assert text.count("stablehlo.optimization_barrier") == 8, reentrant
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_dropout_inside_a_checkpoint_draws_the_same_mask_in_the_recomputation(reentrant):
+    # torch replays a device's RNG only where its module says `_initialized`: without it
+    # the backward's recomputation drew a new mask and the gradients were wrong (silently)
+    block = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Dropout(0.5)).to(DEV)
+    x = torch.randn(8, 16).to(DEV).requires_grad_()  # reentrant needs an input that does
+    grads = []
+    for checkpointed in (False, True):
+        # the same seed for both runs: equal masks when the RNG is replayed
+        torch.manual_seed(3)
+        torch.get_device_module(DEV.type).manual_seed(3)
+        block.zero_grad()
+        out = checkpoint(block, x, use_reentrant=reentrant) if checkpointed else block(x)
+        out.square().sum().backward()
+        grads.append(block[0].weight.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])

@@ -57,6 +57,11 @@ class _LazaxDeviceModule:
     def is_initialized() -> bool:
         return started()  # the PJRT client starts at first use (or init())
 
+    # torch.utils.checkpoint replays a device's RNG in the recomputation only where the
+    # device's module says ``_initialized`` (CUDA's flag): without it, dropout inside a
+    # checkpointed block drew a new mask in the backward and the gradients were wrong
+    _initialized = property(lambda self: started())
+
     @staticmethod
     def init() -> None:
         EXECUTOR.runtime  # noqa: B018  (starts the PJRT client now)
