@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 # "xla" when torch_xla was imported before lazax (``_env``), else lazax's own "lazax".
-DEVICE_TYPE = lx.device().type
+DEVICE_TYPE = lx.device_type()  # asks without starting the runtime (see xla_backend)
 
 _CLOSURES: list = []
 

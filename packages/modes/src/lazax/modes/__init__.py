@@ -58,6 +58,7 @@ __all__ = [
     "compile",
     "device",
     "device_count",
+    "device_type",
     "distributed",
     "dump_graphs",
     "eager_mode",
@@ -85,6 +86,13 @@ __all__ = [
     "TracedOp",
     "wait_device_ops",
 ]
+
+
+def device_type() -> str:
+    """The name torch knows lazax's device by (``"lazax"``, or ``LAZAX_DEVICE_NAME``'s),
+    without starting the runtime: a script may still join a job of several processes
+    (``lx.distributed.initialize``) after asking."""
+    return _executor.DEVICE_NAME
 
 
 def device(index: int = 0):

@@ -26,7 +26,10 @@ Contract:
   process, each its own pieces (``lazax.executor``'s ``distributed.sharded_checkpoint``).
 - torch.distributed's ``"lazax"`` backend is registered at import:
   ``dist.init_process_group("lazax")`` joins the job (if ``initialize`` did not) and
-  gives ``LazaxProcessGroup``, collectives on lazax tensors.
+  gives ``LazaxProcessGroup``, collectives on lazax tensors. Its creator is public
+  (``create_process_group(store, rank, size, timeout)``, torch's backend-creator
+  signature) so that another name can be registered for the same backend (the
+  ``torch_xla`` compatibility package's ``"xla"``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from lazax.executor import (
 
 __all__ = [
     "GraphsDifferError",
+    "LazaxProcessGroup",
+    "create_process_group",
     "global_tensor",
     "initialize",
     "is_initialized",
@@ -172,7 +177,7 @@ def _publish(store, process_id: int, host: str) -> str:
     return store.get("jax_coordinator").decode()
 
 
-def _create_process_group(store, rank: int, size: int, timeout):
+def create_process_group(store, rank: int, size: int, timeout):
     """torch.distributed's creator for the "lazax" backend: joins the job first if the
     script did not (the process group's store carries the coordinator's address)."""
     if size > 1 and not is_initialized():
@@ -189,7 +194,7 @@ def _register_backend() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and "lazax" not in dist.Backend.backend_list:
-        dist.Backend.register_backend("lazax", _create_process_group, devices=[DEVICE_NAME])
+        dist.Backend.register_backend("lazax", create_process_group, devices=[DEVICE_NAME])
 
 
 _register_backend()
