@@ -11,6 +11,9 @@ from functorch.compile import min_cut_rematerialization_partition
 from torch_xla.experimental.scan import scan
 from torch_xla.experimental.scan_layers import scan_layers
 
+# xla:0, or lazax:0 where lazax was imported before torch_xla (as in the full suite)
+DEV = torch_xla.device()
+
 
 def _executions() -> int:
     return (met.metric_data("ExecuteTime") or (0,))[0]
@@ -54,7 +57,7 @@ def test_scan_returns_the_last_carry_and_the_stacked_outputs_with_gradients():
 
 def test_scan_with_no_outputs_gives_none():
     xs = torch.arange(6.0).reshape(3, 2)
-    carry, ys = scan(lambda c, x: (c + x, None), torch.zeros(2).to("xla"), xs.to("xla"))
+    carry, ys = scan(lambda c, x: (c + x, None), torch.zeros(2).to(DEV), xs.to(DEV))
     assert ys is None
     torch.testing.assert_close(carry.cpu(), xs.sum(0))
 
@@ -75,10 +78,10 @@ def _blocks(n: int) -> torch.nn.ModuleList:
 @pytest.mark.parametrize("partition", ["default", "min_cut"])
 def test_scan_layers_equals_the_sequential_model(partition):
     cpu = _blocks(4)
-    dev_layers = copy.deepcopy(cpu).to("xla")
+    dev_layers = copy.deepcopy(cpu).to(DEV)
     x = torch.randn(5, 8)
     kwargs = {"partition_fn": min_cut_rematerialization_partition} if partition == "min_cut" else {}
-    out = scan_layers(dev_layers, x.to("xla"), **kwargs)
+    out = scan_layers(dev_layers, x.to(DEV), **kwargs)
     out.square().sum().backward()
     ref = torch.nn.Sequential(*cpu)(x)
     ref.square().sum().backward()
@@ -98,10 +101,10 @@ def test_scan_layers_over_a_tuple_runs_the_layers_in_turn():
 
     torch.manual_seed(0)
     cpu = [Pair() for _ in range(3)]
-    dev_layers = [copy.deepcopy(layer).to("xla") for layer in cpu]
+    dev_layers = [copy.deepcopy(layer).to(DEV) for layer in cpu]
     h, skip = torch.randn(2, 4), torch.randn(2, 4)
     with pytest.warns(UserWarning, match="one after the"):
-        out, _ = scan_layers(dev_layers, (h.to("xla"), skip.to("xla")))
+        out, _ = scan_layers(dev_layers, (h.to(DEV), skip.to(DEV)))
     ref = (h, skip)
     for layer in cpu:
         ref = layer(*ref)
@@ -111,4 +114,4 @@ def test_scan_layers_over_a_tuple_runs_the_layers_in_turn():
 def test_scan_layers_refuses_layers_that_differ():
     layers = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 3)]
     with pytest.raises(Exception, match="layer"):
-        scan_layers([layer.to("xla") for layer in layers], torch.randn(2, 4).to("xla"))
+        scan_layers([layer.to(DEV) for layer in layers], torch.randn(2, 4).to(DEV))
