@@ -40,7 +40,11 @@ def test_use_spmd_makes_world_size_one(monkeypatch):
     import torch_xla.runtime as runtime
 
     monkeypatch.setattr(runtime, "_SPMD", [False])
-    monkeypatch.delenv("XLA_USE_SPMD", raising=False)
+    # setenv first: delenv of an unset variable records nothing, so the "1" use_spmd
+    # writes would outlive the test and reach every child process this worker starts
+    # (tests/_mesh2d_worker.py then saw a world of one)
+    monkeypatch.setenv("XLA_USE_SPMD", "0")
+    monkeypatch.delenv("XLA_USE_SPMD")
     assert not xr.is_spmd()
     xr.use_spmd()
     assert xr.is_spmd() and xr.world_size() == 1
