@@ -13,6 +13,7 @@ import copy
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 import lazax.dynamo  # noqa: F401
@@ -108,6 +109,26 @@ def test_a_whole_step_replays_two_graphs_and_matches_cpu(name, monkeypatch):
         return
     for p_ref, p in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(p.cpu(), p_ref.detach(), rtol=1e-3, atol=1e-4)
+
+
+def test_a_lazax_process_group_keeps_backward_out_of_the_step_until_it_is_destroyed(
+    monkeypatch,
+):
+    """While a lazax group lives, ``backward()`` breaks the compiled step's graph (DDP's
+    and FSDP2's gradient hooks run only then); once ``destroy_process_group`` removes
+    every group, the whole step is two graphs again. Before, one group made anywhere
+    in the process (an earlier test's in the same xdist worker) made it four for good."""
+    assert torch._dynamo.config.trace_autograd_ops
+    dist.init_process_group("lazax", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        dist.new_group([0])
+        assert lx_exec.process_group_made()
+        assert not torch._dynamo.config.trace_autograd_ops
+    finally:
+        dist.destroy_process_group()
+    assert not lx_exec.process_group_made()
+    assert torch._dynamo.config.trace_autograd_ops
+    test_a_whole_step_replays_two_graphs_and_matches_cpu("sgd", monkeypatch)
 
 
 def test_the_optimizer_graph_writes_parameters_and_state_in_place():

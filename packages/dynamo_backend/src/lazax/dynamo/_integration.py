@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from lazax.executor import LazyTensor, prepare_call_jax, process_group_made
+from lazax.executor import LazyTensor, prepare_call_jax, traced_backward_setting
 
 __all__ = ["install", "refuse_traced_backward_past_hooks"]
 
@@ -60,9 +60,9 @@ def _register_tensor_type() -> None:
     # results are written to ``.grad``) instead of breaking the graph, so that forward
     # and backward are one graph and a whole training step replays as few graphs as the
     # optimizer allows. Where tracing it would be unsafe (a returned tensor still needs
-    # the consumed graph) dynamo breaks the graph at the call, as before. Not once a
-    # lazax process group is made: a traced backward bypasses DDP's and FSDP2's hooks.
-    config.trace_autograd_ops = not process_group_made()
+    # the consumed graph) dynamo breaks the graph at the call, as before. Not while a
+    # lazax process group lives: a traced backward bypasses DDP's and FSDP2's hooks.
+    config.trace_autograd_ops = traced_backward_setting(True)
 
 
 def _model_as_plain_tensor() -> None:

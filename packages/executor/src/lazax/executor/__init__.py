@@ -40,7 +40,11 @@ from .dispatch.kernels import register_kernels  # noqa: E402
 from .dispatch.run import apply_eager_sync  # noqa: E402
 from .distributed.functional_collectives import install as _install_functional_collectives  # noqa: E402
 from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
-from .distributed.process_group import LazaxProcessGroup, process_group_made  # noqa: E402
+from .distributed.process_group import (  # noqa: E402
+    LazaxProcessGroup,
+    process_group_made,
+    traced_backward_setting,
+)
 from .distributed.sharded_checkpoint import load as load_sharded  # noqa: E402
 from .distributed.sharded_checkpoint import save as save_sharded  # noqa: E402
 from .distributed.sharding import (  # noqa: E402
@@ -133,6 +137,7 @@ __all__ = [
     "Layout",
     "LazaxProcessGroup",
     "process_group_made",
+    "traced_backward_setting",
     "LazyTensor",
     "Mesh",
     "Sharding",

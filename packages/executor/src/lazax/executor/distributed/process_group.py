@@ -51,7 +51,7 @@ from ..tensor.lazy import LazyTensor
 from .fsdp import install as _install_fsdp
 from .subgroups import ranks_of
 
-__all__ = ["LazaxProcessGroup", "process_group_made"]
+__all__ = ["LazaxProcessGroup", "process_group_made", "traced_backward_setting"]
 
 _OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -128,27 +128,48 @@ def _op(opts, what: str) -> str:
     return op
 
 
-_MADE: list = []  # true once a lazax process group was made in this process
+_LIVE: set = set()  # ids of the lazax process groups made and not shut down
+_TRACED_BACKWARD: list = []  # trace_autograd_ops to restore once no lazax group lives
 
 
 def process_group_made() -> bool:
-    """Whether a "lazax" process group was made in this process (DDP, FSDP2 and DTensor
-    on lazax run over one)."""
-    return bool(_MADE)
+    """Whether a "lazax" process group lives in this process (made, and not shut down by
+    ``destroy_process_group``); DDP, FSDP2 and DTensor on lazax run over one."""
+    return bool(_LIVE)
 
 
-def _no_traced_backward() -> None:
+def traced_backward_setting(wanted: bool) -> bool:
+    """The value for dynamo's ``trace_autograd_ops`` where ``wanted`` is what the caller
+    (``lazax.dynamo``) wants: off while a lazax group lives (``_made``); ``wanted``
+    comes back when the last one shuts down."""
+    _TRACED_BACKWARD[:] = [wanted]
+    return wanted and not _LIVE
+
+
+def _made(group: dist.ProcessGroup) -> None:
     """A ``backward()`` traced into a compiled step (dynamo's ``trace_autograd_ops``,
     which ``lazax.dynamo`` turns on) bypasses the hooks DDP and FSDP2 reduce gradients
     in: the whole step under ``torch.compile`` trains each process on its own gradients
     (0.04 off after 4 AdamW steps, silently; torch's own ``aot_eager`` on CPU tensors
-    over gloo does the same). With a lazax group made, the flag goes off (and
-    ``lazax.dynamo``, imported later, leaves it off): the step's graph breaks at
+    over gloo does the same). While a lazax group lives, the flag is off (and
+    ``lazax.dynamo``, imported meanwhile, leaves it off): the step's graph breaks at
     ``backward()``, and trains equal to the CPU."""
-    _MADE.append(True)
     config = sys.modules.get("torch._dynamo.config")  # not imported: nothing set yet
+    if not _LIVE and config is not None:
+        _TRACED_BACKWARD[:] = [config.trace_autograd_ops]
+    _LIVE.add(id(group))
     if config is not None:
         config.trace_autograd_ops = False
+
+
+def _shut_down(group: dist.ProcessGroup) -> None:
+    """The group is gone (``destroy_process_group``): with no lazax group left, the
+    setting ``_made`` turned off comes back, so that a later ``torch.compile`` in the
+    same process traces its backward again."""
+    _LIVE.discard(id(group))
+    config = sys.modules.get("torch._dynamo.config")
+    if not _LIVE and _TRACED_BACKWARD and config is not None:
+        config.trace_autograd_ops = _TRACED_BACKWARD[0]
 
 
 class LazaxProcessGroup(dist.ProcessGroup):
@@ -165,7 +186,7 @@ class LazaxProcessGroup(dist.ProcessGroup):
         self._barriers = 0
         self._name = ""
         _install_fsdp()
-        _no_traced_backward()
+        _made(self)
 
     # torch names a group (DeviceMesh and the functional collectives find it by its name)
     # through backends registered on it; this group is its own backend.
@@ -180,6 +201,11 @@ class LazaxProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:  # noqa: N802  (torch's name)
         return "lazax"
+
+    def shutdown(self) -> None:
+        """Called by ``destroy_process_group`` for each group it removes."""
+        _shut_down(self)
+        super().shutdown()
 
     # torch lists a group's devices from the backends registered on it, and this group is
     # its own (a ProcessGroup, which torch returns as it is): without this, code that
