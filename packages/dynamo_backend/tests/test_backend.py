@@ -156,3 +156,14 @@ def test_a_traced_backward_past_gradient_hooks_is_refused_not_run_wrong(hook):
     with torch._dynamo.config.patch(trace_autograd_ops=False):
         torch.compile(step, backend="lazax")(torch.randn(2, 4).to(DEV))
     torch._dynamo.reset()
+
+
+def test_a_replayed_graph_traces_no_op():
+    x = torch.ones(4).to(DEV)
+    compiled = torch.compile(lambda t: torch.sin(t) * 3.0, backend="lazax")
+    lx_exec.metrics.clear_all()
+    compiled(x)  # the graph is traced once, then compiled
+    assert lx_exec.metrics.traced_op_counts()["aten::sin"] == 1
+    lx_exec.metrics.clear_all()
+    torch.testing.assert_close(compiled(x).cpu(), torch.sin(torch.ones(4)) * 3.0)
+    assert lx_exec.metrics.traced_op_counts() == {}

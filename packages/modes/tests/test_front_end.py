@@ -40,3 +40,23 @@ def test_metrics_report_and_clear():
     lx.metrics.clear_all()
     assert lx.metrics.counter_names() == [] and lx.metrics.metric_names() == []
     assert lx.metrics.counter_value("CachedCompile") is None
+
+
+def test_traced_op_counts_count_each_traced_op_by_name():
+    x = torch.ones(4).to(lx.device())
+    lx.sync()
+    lx.metrics.clear_all()
+    y = x * 2.0
+    y += 1  # in place: counted under its functional name, as torch_xla's functionalized add_
+    y.add_(x)
+    assert lx.metrics.traced_op_counts() == {"aten::add": 2, "aten::mul": 1}
+    lx.metrics.clear_all()
+    assert lx.metrics.traced_op_counts() == {}
+
+
+def test_traced_op_counts_count_eager_ops_too():
+    x = torch.ones(4).to(lx.device())
+    with lx.eager_mode_context(True):
+        lx.metrics.clear_all()
+        torch.exp(x)
+        assert lx.metrics.traced_op_counts() == {"aten::exp": 1}

@@ -1,5 +1,9 @@
 """lazax.pjrt: platform choice, transfers, compile, async execute, fault hook."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -17,6 +21,43 @@ def test_unknown_platform_is_refused(monkeypatch):
     monkeypatch.setenv("PJRT_DEVICE", "ABACUS")
     with pytest.raises(pjrt.PlatformUnavailableError, match="expected one of"):
         pjrt.platform_from_env()
+
+
+def _devices_in_child(code: str, **env) -> subprocess.CompletedProcess:
+    full = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", **env}
+    full.pop("PJRT_DEVICE", None)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cpu_num_devices_sets_the_cpu_device_count_over_xla_flags():
+    code = "from lazax import pjrt; print(len(pjrt.runtime().devices))"
+    done = _devices_in_child(code, CPU_NUM_DEVICES="3")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3"]
+
+
+def test_cpu_num_devices_after_jax_started_warns_and_keeps_the_count():
+    code = (
+        "import warnings, jax; jax.devices(); import os; os.environ['CPU_NUM_DEVICES'] = '3'\n"
+        "from lazax import pjrt\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always'); n = len(pjrt.runtime().devices)\n"
+        "print(n, [str(w.message) for w in seen])"
+    )
+    done = _devices_in_child(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("8 ")
+    assert "CPU_NUM_DEVICES=3 is ignored: jax's CPU client had already started with 8" in (
+        done.stdout
+    )
+
+
+def test_cpu_num_devices_that_is_not_a_count_is_refused():
+    done = _devices_in_child("from lazax import pjrt; pjrt.runtime()", CPU_NUM_DEVICES="four")
+    assert done.returncode != 0
+    assert "CPU_NUM_DEVICES='four': expected a whole number of devices" in done.stderr
 
 
 def test_missing_plugin_names_the_extra():

@@ -59,6 +59,19 @@ def test_mark_step_counter_and_own_counters_are_reported_and_cleared():
     assert met.counter_value("MyCounter") is None and met.counter_value("MarkStep") is None
 
 
+def test_per_op_counters_count_traced_ops_under_xla_names():
+    t = torch.tensor(100, device=torch_xla.device())
+    met.clear_all()
+    t += 2
+    t = t * 3
+    assert met.counter_value("xla::add") == 1 and met.counter_value("xla::mul") == 1
+    assert {"xla::add", "xla::mul"} <= set(met.counter_names())
+    assert "Counter: xla::add\n  Value: 1" in met.metrics_report()
+    assert "xla::add" not in met.executed_fallback_ops()
+    met.clear_counters()
+    assert met.counter_value("xla::add") is None and met.counter_names() == []
+
+
 def test_time_metrics_are_nanoseconds():
     met.clear_all()
     (torch.ones(4, device=torch_xla.device()) + 1).cpu()

@@ -5,8 +5,12 @@ context manager that adds one sample (seconds) to metric ``name``. ``counter_val
 of an unknown name is None (as torch_xla); ``metric_data(name)`` is
 ``(count, total_seconds, recent_samples)``. ``recompile_reports()`` says why each
 recent recompile happened; ``compiles_by_name()`` counts and times the compiles of each
-program name (``metrics_report`` lists them, most compiled first). ``clear_all`` resets
-everything.
+program name (``metrics_report`` lists them, most compiled first).
+``traced_op_counts()``: how many times each op (``aten::add``, an in-place op under its
+functional name, no overload) was traced onto a lazax tensor, eager ops included; ops
+that ran through the CPU fallback are the ``aten::<op>`` counters instead. An
+``lx.compile`` region traces on every call (as torch_xla's); a dynamo graph traces on
+its first call and then replays, tracing nothing. ``clear_all`` resets everything.
 Counter bumps are a dict update: cheap enough for per-op paths.
 """
 
@@ -31,6 +35,8 @@ __all__ = [
     "recompile_reports",
     "short_metrics_report",
     "timed",
+    "traced_op_counts",
+    "TRACED_OPS",
 ]
 
 _COUNTERS: dict[str, int] = {}
@@ -38,6 +44,8 @@ _METRICS: dict[str, list] = {}  # name -> [count, total, deque of recent samples
 _SAMPLES_KEPT = 1024
 _RECOMPILES: deque = deque(maxlen=_SAMPLES_KEPT)  # why each recompile happened, newest last
 _COMPILES: dict[str, list] = {}  # program name -> [compiles, total seconds]
+# op name -> times traced; bumped inline by the tracing hot path (a dict update per op).
+TRACED_OPS: dict[str, int] = {}
 
 
 def bump(name: str, n: int = 1) -> None:
@@ -107,7 +115,13 @@ def compiles_by_name() -> dict[str, tuple[int, float]]:
     return {name: (count, total) for name, (count, total) in ordered}
 
 
+def traced_op_counts() -> dict[str, int]:
+    """Op name (``aten::add``) -> how many times it was traced, by name."""
+    return dict(sorted(TRACED_OPS.items()))
+
+
 def clear_all() -> None:
+    TRACED_OPS.clear()
     _COUNTERS.clear()
     _METRICS.clear()
     _RECOMPILES.clear()

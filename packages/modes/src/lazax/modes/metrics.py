@@ -10,7 +10,9 @@
 location compiling a graph again), e.g. "input 0 shape changed from (8, 128) to
 (8, 96) at train.py:42 (in step)"; ``LAZAX_DEBUG_RECOMPILES=1`` prints them as they
 happen. ``compiles_by_name()``: program name -> (compiles, seconds), most compiled
-first; ``metrics_report()`` ends with the same list.
+first; ``metrics_report()`` ends with the same list. ``traced_op_counts()``: op name
+(``aten::add``; an in-place op by its functional name) -> how many times it was traced
+onto a lazax tensor (eager ops too; a replayed region traces nothing).
 """
 
 from lazax.executor.metrics import (
@@ -23,6 +25,7 @@ from lazax.executor.metrics import (
     metrics_report,
     recompile_reports,
     short_metrics_report,
+    traced_op_counts,
 )
 
 __all__ = [
@@ -35,4 +38,5 @@ __all__ = [
     "metrics_report",
     "recompile_reports",
     "short_metrics_report",
+    "traced_op_counts",
 ]

@@ -10,8 +10,10 @@ seconds). The names torch_xla's users read exist with the same meaning:
 ``TransferToDeviceTime``, ``TransferFromDeviceTime``, ``MarkStep`` (one per
 ``torch_xla.sync()``) and ``aten::<op>`` for each op that ran on the CPU
 (``executed_fallback_ops()`` lists them, with custom ops' ``lib::op``); counters bumped
-with ``torch_xla._XLAC._xla_increment_counter`` are reported beside them. lazax keeps no
-per-op ``xla::<op>`` counters (it counts graphs, not ops).
+with ``torch_xla._XLAC._xla_increment_counter`` are reported beside them. ``xla::<op>``:
+how many times lazax traced the op (``lx.metrics.traced_op_counts``; ``t += 2`` counts as
+``xla::add``, as torch_xla's functionalized ``add_``); a dynamo graph that replays traces
+nothing, so its ops are not counted again.
 ``short_metrics_report(counter_names, metric_names)``: the full report's entries of
 those names (torch_xla's default lists where None) and the CPU-fallback counters.
 """
@@ -36,13 +38,25 @@ __all__ = [
 metric_names = _metrics.metric_names
 
 
+def _op_counters() -> dict[str, int]:
+    """``xla::<op>`` -> times traced (a namespace other than aten's is kept: ``xla::ns::op``)."""
+    return {
+        "xla::" + name.removeprefix("aten::"): count
+        for name, count in _metrics.traced_op_counts().items()
+    }
+
+
 def counter_names() -> list[str]:
-    return list(_metrics.counter_names()) + _counters.names()
+    return list(_metrics.counter_names()) + list(_op_counters()) + _counters.names()
 
 
 def counter_value(name: str) -> int | None:
     own = _counters.value(name)
-    return own if own is not None else _metrics.counter_value(name)
+    if own is not None:
+        return own
+    if name.startswith("xla::"):
+        return _op_counters().get(name)
+    return _metrics.counter_value(name)
 
 
 def metric_data(name: str):
@@ -54,7 +68,8 @@ def metric_data(name: str):
 
 
 def _own_counters() -> str:
-    return "".join(f"Counter: {n}\n  Value: {_counters.value(n)}\n" for n in _counters.names())
+    counts = {**_op_counters(), **{n: _counters.value(n) for n in _counters.names()}}
+    return "".join(f"Counter: {n}\n  Value: {v}\n" for n, v in counts.items())
 
 
 def metrics_report() -> str:

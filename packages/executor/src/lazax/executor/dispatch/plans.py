@@ -173,6 +173,9 @@ class OpPlan:
         self.lowering_name = lowering_name
         self.kind = kind
         self.random = random
+        # What ``metrics.traced_op_counts`` counts it as: an in-place op by its functional
+        # name (as torch_xla, whose functionalization traces ``add_`` as ``add``).
+        self.op_name = lowering_name.split(".")[0]
         self.cache: dict[tuple, OpInfo] = {}
         schema = func._schema
         # Scalars that decide an output's shape (arange's end) must stay in the key.

@@ -35,6 +35,7 @@ from lazax.pjrt import numpy_dtype
 
 from ..barrier.checks import CHECKS, restored_if_check_fails, trace_site
 from ..barrier.executor import EXECUTOR
+from ..metrics import TRACED_OPS
 from ..state.layout import Layout
 from ..state.rng import RNG
 from ..state.storage import DEVICES_IN_USE
@@ -180,6 +181,7 @@ def run_plan(
             info = plan.infer(key, args, kwargs, operands)
         except NeedsFallback:
             return fallback(plan.func, args, kwargs)
+    TRACED_OPS[plan.op_name] = TRACED_OPS.get(plan.op_name, 0) + 1
     index = device_index
     if DEVICES_IN_USE.several:
         index = _one_device(operands, index)
