@@ -11,6 +11,11 @@ Contract:
 - ``global_runtime_device_count()`` / ``global_device_count()``: every process's
   devices; ``addressable_device_count()`` / ``addressable_runtime_device_count()`` /
   ``local_device_count()``: this process's.
+- ``global_runtime_device_attributes()``: one dict per device of the job, in global
+  order: its ``name`` (``"TPU:3"``, as ``_XLAC._xla_get_all_devices()``), and the
+  ``coords``, ``core_on_chip``, ``slice_index`` and ``device_kind`` jax reports for it
+  (TPUs have them; a CPU device has only its name). ``runtime_device_attributes(name)``:
+  the dict of one of them.
 - ``use_spmd(auto=False)`` records SPMD mode (``is_spmd()``) and sets ``XLA_USE_SPMD=1``
   as torch_xla does; lazax shards in every mode, so nothing else changes.
   ``XLA_USE_SPMD=1`` at import does the same.
@@ -31,6 +36,7 @@ __all__ = [
     "addressable_runtime_device_count",
     "device_type",
     "global_device_count",
+    "global_runtime_device_attributes",
     "global_ordinal",
     "global_runtime_device_count",
     "host_index",
@@ -41,6 +47,7 @@ __all__ = [
     "local_process_count",
     "process_count",
     "process_index",
+    "runtime_device_attributes",
     "set_device_type",
     "use_spmd",
     "world_size",
@@ -117,6 +124,36 @@ def local_process_count() -> int:
 def global_runtime_device_count() -> int:
     """Every process's devices together."""
     return lx.global_device_count()
+
+
+_ATTRIBUTES = ("coords", "core_on_chip", "slice_index", "device_kind")
+
+
+def global_runtime_device_attributes() -> list[dict]:
+    """Each device of the job: its name and what jax knows of where it sits."""
+    count = lx.global_device_count()
+    devices = lx.Mesh(range(count), (count,)).jax_mesh.devices.reshape(-1)
+    out = []
+    for name, device in zip(_XLAC._xla_get_all_devices(), devices):
+        attributes = {"name": name}
+        for key in _ATTRIBUTES:
+            value = getattr(device, key, None)
+            if value is not None:
+                attributes[key] = list(value) if key == "coords" else value
+        out.append(attributes)
+    return out
+
+
+def runtime_device_attributes(device: str) -> dict:
+    """The attributes of ``device`` (``"TPU:3"``, or ``"xla:3"``, a local index)."""
+    kind, _, index = str(device).rpartition(":")
+    every = global_runtime_device_attributes()
+    if kind in ("xla", "lazax"):
+        return every[int(index)]
+    for attributes in every:
+        if attributes["name"] == str(device):
+            return attributes
+    raise ValueError(f"no device named {device!r}; the job has {[a['name'] for a in every]}")
 
 
 def global_device_count() -> int:

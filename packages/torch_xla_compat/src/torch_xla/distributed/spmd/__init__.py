@@ -15,8 +15,9 @@ Contract:
   Returns an ``XLAShardedTensor`` around ``t`` (``t`` itself is sharded in place; an
   ``XLAShardedTensor`` given is unwrapped). ``clear_sharding(t)``: ``lx.clear_sharding``,
   returns ``t``.
-- ``get_1d_mesh(axis_name=None)``: every global device on one axis.
-- ``set_global_mesh(mesh)`` / ``get_global_mesh()`` (None until set).
+- ``HybridMesh(*, ici_mesh_shape, dcn_mesh_shape=None, axis_names=None)``,
+  ``get_1d_mesh(axis_name=None)`` (every global device on one axis),
+  ``set_global_mesh(mesh)`` / ``get_global_mesh()`` (None until set): ``mesh``.
 - ``MarkShardingFunction``, ``mark_sharding_with_gradients``, ``ShardingSpec``,
   ``XLAPatchedLinear``, ``xla_patched_nn_linear_forward``,
   ``ShardingType``, ``XLAShard``, ``XLAShardedTensor``: ``xla_sharding``.
@@ -24,11 +25,10 @@ Contract:
 
 from __future__ import annotations
 
-import numpy as np
-
 import lazax.modes as lx
 
 from ..._sharded import unwrap
+from .mesh import HybridMesh, Mesh, get_1d_mesh, get_global_mesh, set_global_mesh
 from .xla_sharding import (
     MarkShardingFunction,
     ShardingSpec,
@@ -41,6 +41,7 @@ from .xla_sharding import (
 )
 
 __all__ = [
+    "HybridMesh",
     "MarkShardingFunction",
     "Mesh",
     "ShardingSpec",
@@ -56,76 +57,6 @@ __all__ = [
     "set_global_mesh",
     "xla_patched_nn_linear_forward",
 ]
-
-_GLOBAL: list = [None]
-
-
-class _DeviceIds(tuple):
-    """lazax's tuple of device ids, with the ``tolist()`` of torch_xla's numpy array."""
-
-    def tolist(self) -> list[int]:
-        return list(self)
-
-
-class Mesh(lx.Mesh):
-    """torch_xla's ``Mesh`` as an ``lx.Mesh``."""
-
-    def __init__(self, device_ids, mesh_shape, axis_names=None) -> None:
-        ids = [int(i) for i in np.asarray(device_ids).reshape(-1)]
-        shape = tuple(int(n) for n in mesh_shape)
-        names = tuple(axis_names) if axis_names is not None else None
-        _check(ids, shape, names)
-        super().__init__(ids, shape, names)
-        self.device_ids = _DeviceIds(self.device_ids)
-
-    def size(self, axis=None) -> int:  # torch_xla: size() is the device count
-        if axis is None:
-            return len(self.device_ids)
-        return super().size(axis)
-
-    def shape(self) -> dict:
-        names = self.axis_names or tuple(range(len(self.mesh_shape)))
-        return dict(zip(names, self.mesh_shape))
-
-    def get_axis_name_idx(self, name) -> int | None:
-        if not self.axis_names or name not in self.axis_names:
-            return None
-        return list(self.axis_names).index(name)
-
-    def get_logical_mesh(self) -> np.ndarray:
-        return np.array(self.device_ids).reshape(self.mesh_shape)
-
-
-def _check(ids: list, shape: tuple, names) -> None:
-    """torch_xla's checks of a mesh, in its words and with its ``AssertionError``
-    (lazax's own checks, a ``ValueError``, follow)."""
-    size = int(np.prod(shape, dtype=np.int64))
-    assert len(ids) == size, f"Number of device IDs ({len(ids)}) must match mesh size ({size})"
-    assert len(set(ids)) == len(ids), f"Device IDs must be unique: {ids}"
-    assert all(0 <= i < size for i in ids), f"Device IDs must be less than mesh size ({size})"
-    if names is not None:
-        assert len(names) == len(shape), (
-            f"Number of axis names ({len(names)}) must match mesh dimensions ({len(shape)})"
-        )
-        assert len(set(names)) == len(names), f"Axis names must be unique: {names}"
-    count = lx.global_device_count()
-    assert size == count, (
-        f"Number of device IDs ({size}) must match the global number of devices ({count})"
-    )
-
-
-def get_1d_mesh(axis_name: str | None = None) -> Mesh:
-    """Every device of the job on one mesh axis."""
-    count = lx.global_device_count()
-    return Mesh(range(count), (count,), (axis_name,) if axis_name else None)
-
-
-def set_global_mesh(mesh: Mesh) -> None:
-    _GLOBAL[0] = mesh
-
-
-def get_global_mesh() -> Mesh | None:
-    return _GLOBAL[0]
 
 
 def mark_sharding(t, mesh=None, partition_spec=()) -> XLAShardedTensor:
