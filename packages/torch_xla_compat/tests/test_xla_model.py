@@ -2,14 +2,18 @@
 process: devices, mark_step and step closures, optimizer_step (training equal to the
 CPU), save, ordinals, collectives of one replica, the RNG state, memory."""
 
+import copy
 import io
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 import torch_xla
+import torch_xla._XLAC as xlac
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
+import torch_xla.distributed.spmd as xs
 
 import lazax.modes as lx
 
@@ -186,3 +190,48 @@ def test_torch_xla_sync_and_mark_step_are_one_function():
     xm.add_step_closure(lambda: seen.append(1))
     torch_xla.sync()
     assert seen == [1]
+
+
+def test_send_cpu_data_to_device_moves_every_tensor_of_a_structure_without_a_step():
+    dev = xm.xla_device()
+    data = {"x": torch.arange(6.0).reshape(2, 3), "rest": [torch.ones(2), "label", 3]}
+    met.clear_all()
+    moved = xm.send_cpu_data_to_device(data, dev)
+    assert moved["x"].device == dev and moved["rest"][0].device == dev
+    assert moved["rest"][1:] == ["label", 3]
+    torch.testing.assert_close(moved["x"].cpu(), data["x"])
+    assert met.counter_value("MarkStep") is None
+
+
+@pytest.mark.skipif(lx.device_count() < 8, reason="needs 8 devices")
+def test_send_cpu_data_to_device_shards_what_the_spec_applies_to():
+    mesh = xs.Mesh(np.arange(8), (1, 8))
+    spec = xs.ShardingSpec(mesh, (0, 1))
+    matrix, vector = torch.arange(16.0).reshape(1, 16), torch.arange(3.0)
+    sharded, plain = xm.send_cpu_data_to_device([matrix, vector], xm.xla_device(), spec)
+    assert xlac._get_xla_sharding_spec(sharded) == "{devices=[1,8]0,1,2,3,4,5,6,7}"
+    assert xlac._get_xla_sharding_spec(plain) == ""  # one dimension: the spec does not apply
+    torch.testing.assert_close(sharded.cpu(), matrix)
+    torch.testing.assert_close(plain.cpu(), vector)
+
+
+def test_backward_optimization_barrier_keeps_gradients_and_is_in_the_program():
+    from lazax.modes.testing import last_program
+
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    model = copy.deepcopy(cpu).to(xm.xla_device())
+    handle = xs.apply_backward_optimization_barrier(model[2])
+    x = torch.randn(3, 4)
+    cpu(x).square().sum().backward()
+
+    def run():
+        model(x.to(xm.xla_device())).square().sum().backward()
+        xm.mark_step()
+
+    assert "optimization_barrier" in last_program(run)
+    for p_cpu, p in zip(cpu.parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), p_cpu.grad)
+    handle.remove()
+    model.zero_grad()
+    assert "optimization_barrier" not in last_program(run)

@@ -28,6 +28,10 @@ Contract:
   (or a plain seed) and restores it, so a saved state repeats the same random numbers.
 - ``optimization_barrier_(tensors)``: ``jax.lax.optimization_barrier`` over the tensors,
   in place (one ``lx.call_jax`` node; values unchanged).
+- ``send_cpu_data_to_device(datas, device, input_sharding=None)``: ``datas`` (a tensor, or
+  lists, tuples, dicts and dataclasses of them) with every CPU tensor on ``device``
+  (sharded by ``input_sharding``, an ``xs.ShardingSpec`` or ``lx.Sharding``, where it
+  applies), placed at once as ``pl.MpDeviceLoader`` places a batch, with no step marked.
 - ``get_memory_info(device=None)``: ``bytes_used``, ``peak_bytes_used``, and
   ``bytes_limit`` where the device says (``lx.memory_info``).
 """
@@ -68,6 +72,7 @@ __all__ = [
     "reduce_scatter",
     "rendezvous",
     "save",
+    "send_cpu_data_to_device",
     "set_rng_state",
     "wait_device_ops",
     "world_size",
@@ -321,6 +326,17 @@ def optimization_barrier_(tensors) -> None:
         outs = lx.call_jax(jax.lax.optimization_barrier, tensors)
         for tensor, out in zip(tensors, outs):
             tensor.copy_(out)
+
+
+def send_cpu_data_to_device(datas, device, input_sharding=None):
+    """``datas`` with its CPU tensors placed on ``device``, sharded by ``input_sharding``
+    where it applies (lazax's device loader does the placing, for one item)."""
+    loader = lx.DeviceLoader([datas], device, prefetch=1, sharding=input_sharding, sync=False)
+    batches = iter(loader)
+    try:
+        return next(batches)
+    finally:
+        batches.close()
 
 
 def get_memory_info(device=None) -> dict:

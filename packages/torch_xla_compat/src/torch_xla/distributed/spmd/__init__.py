@@ -19,6 +19,7 @@ Contract:
   ``get_1d_mesh(axis_name=None)`` (every global device on one axis),
   ``set_global_mesh(mesh)`` / ``get_global_mesh()`` (None until set): ``mesh``.
 - ``MarkShardingFunction``, ``mark_sharding_with_gradients``, ``ShardingSpec``,
+  ``apply_backward_optimization_barrier``,
   ``XLAPatchedLinear``, ``xla_patched_nn_linear_forward``,
   ``ShardingType``, ``XLAShard``, ``XLAShardedTensor``: ``xla_sharding``.
 """
@@ -36,6 +37,7 @@ from .xla_sharding import (
     XLAPatchedLinear,
     XLAShard,
     XLAShardedTensor,
+    apply_backward_optimization_barrier,
     mark_sharding_with_gradients,
     xla_patched_nn_linear_forward,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "XLAPatchedLinear",
     "XLAShard",
     "XLAShardedTensor",
+    "apply_backward_optimization_barrier",
     "clear_sharding",
     "get_1d_mesh",
     "get_global_mesh",

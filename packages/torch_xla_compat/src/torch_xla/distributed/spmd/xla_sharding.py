@@ -15,6 +15,12 @@ Contract:
   annotation on the input survives an einsum, not a reshape); values and gradients
   are ``F.linear``'s. ``xla_patched_nn_linear_forward(m, input)``: a module's
   forward through it.
+- ``apply_backward_optimization_barrier(module)``: in ``module``'s backward, the
+  gradients it receives and the gradients its parameters hold so far pass through an
+  optimization barrier (``xm.optimization_barrier_``) first, so XLA does not fuse or
+  reorder the module's backward with what came before it (torch_xla's tool against a
+  scheduler that would keep every layer's gradient computation alive at once). Values
+  are unchanged; returns the hook's handle.
 - ``XLAShardedTensor``, ``XLAShard``, ``ShardingType``: ``torch_xla._sharded``'s (a
   sharded lazax tensor seen as its global value and its per-device shards).
 """
@@ -26,6 +32,7 @@ import torch
 import lazax.modes as lx
 
 from ..._sharded import ShardingType, XLAShard, XLAShardedTensor, unwrap
+from ...core.xla_model import optimization_barrier_
 
 __all__ = [
     "MarkShardingFunction",
@@ -34,6 +41,7 @@ __all__ = [
     "XLAShard",
     "XLAPatchedLinear",
     "XLAShardedTensor",
+    "apply_backward_optimization_barrier",
     "mark_sharding_with_gradients",
     "xla_patched_nn_linear_forward",
 ]
@@ -110,3 +118,16 @@ class XLAPatchedLinear(torch.autograd.Function):
 def xla_patched_nn_linear_forward(m, input):
     """A ``torch.nn.Linear``'s forward through ``XLAPatchedLinear``."""
     return XLAPatchedLinear.apply(input, m.weight, m.bias)
+
+
+def apply_backward_optimization_barrier(module: torch.nn.Module):
+    """Put an optimization barrier in front of ``module``'s backward (see the module
+    docstring); returns the hook's handle (``.remove()`` takes it away)."""
+
+    def barrier(mod, grad_output):
+        grads = tuple(g.clone() if g is not None else None for g in grad_output)
+        held = [p.grad for p in mod.parameters() if p.grad is not None]
+        optimization_barrier_([g for g in grads if g is not None] + held)
+        return grads
+
+    return module.register_full_backward_pre_hook(barrier)
