@@ -60,3 +60,15 @@ def test_traced_op_counts_count_eager_ops_too():
         lx.metrics.clear_all()
         torch.exp(x)
         assert lx.metrics.traced_op_counts() == {"aten::exp": 1}
+
+
+def test_holds_device_data_is_false_while_pending_and_true_once_synced():
+    x = torch.ones(4, 4).to(lx.device())
+    y = x * 2
+    assert not lx.holds_device_data(y)
+    lx.sync()
+    assert lx.holds_device_data(y) and lx.holds_device_data(y[1:])  # a view: its storage's
+    with lx.eager_mode_context(True):
+        assert lx.holds_device_data(torch.exp(y))  # eager ops run at once
+    with pytest.raises(TypeError, match="takes a lazax tensor, but got a cpu tensor"):
+        lx.holds_device_data(torch.ones(2))

@@ -72,6 +72,26 @@ def test_per_op_counters_count_traced_ops_under_xla_names():
     assert met.counter_value("xla::add") is None and met.counter_names() == []
 
 
+def test_tensor_debug_info_says_pending_or_device_data_and_the_sharding():
+    t = torch.ones(5, 3, device=torch_xla.device()) * 2
+    pending = xlac._get_xla_tensor_debug_info(t)
+    assert "XLA Shape: f32[5,3]" in pending and "XLAData: None" in pending
+    torch_xla.sync()
+    held = xlac._get_xla_tensor_debug_info(t)
+    assert "XLAData: None" not in held and "IR: None" in held
+    assert f"Data Device: {xr.device_type()}:0\n  Data Shape: f32[5,3]" in held
+    assert "ShardingSpec: None" in held
+    if lx.global_device_count() >= 2:
+        n = lx.global_device_count()
+        s = xs.mark_sharding(
+            torch.ones(2, n, device=torch_xla.device()), xs.get_1d_mesh(), (None, 0)
+        )
+        torch_xla.sync()
+        info = xlac._get_xla_tensor_debug_info(s)
+        assert "XLAShardedData" in info and f"NumShards: {n}" in info
+        assert f"OpSharding: {xlac._get_xla_sharding_spec(s)}" in info
+
+
 def test_time_metrics_are_nanoseconds():
     met.clear_all()
     (torch.ones(4, device=torch_xla.device()) + 1).cpu()

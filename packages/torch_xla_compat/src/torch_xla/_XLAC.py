@@ -18,6 +18,13 @@ Contract:
   axes are left out of the spec; ``_get_xla_sharding_type(t)``: XLA's
   ``OpSharding.Type`` number of it (``xs.ShardingType``), None unsharded. Both take an
   ``XLAShardedTensor`` too.
+- ``_get_xla_tensor_debug_info(t)``: torch_xla's text about a tensor, from what lazax
+  knows of it: its device, shape (``f32[5,3]``), sharding, and either ``IR: pending``
+  with ``XLAData: None`` (its value is IR the next sync runs) or ``IR: None`` and the
+  data block: ``XLAData`` (``Data Device: CPU:0``, ``Data Shape``) or, sharded,
+  ``XLAShardedData`` (``Data Device: SPMD:0`` as torch_xla names the SPMD device,
+  ``Data Shape``, ``OpSharding``, ``NumShards``). lazax has no tensor ids or data
+  handles, so those lines are left out. Reads nothing from the device.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from ._sharded import sharding_type, spec_text, unwrap
 __all__ = [
     "_get_xla_sharding_spec",
     "_get_xla_sharding_type",
+    "_get_xla_tensor_debug_info",
     "_init_computation_client",
     "_xla_get_all_devices",
     "_xla_get_default_device",
@@ -80,3 +88,45 @@ def _get_xla_sharding_spec(t) -> str:
 
 def _get_xla_sharding_type(t) -> int | None:
     return sharding_type(t)
+
+
+# XLA's primitive type names, as its shapes print them (f32[5,3]).
+_XLA_TYPES = {
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int64: "s64",
+    torch.int32: "s32",
+    torch.int16: "s16",
+    torch.int8: "s8",
+    torch.uint8: "u8",
+    torch.bool: "pred",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
+}
+
+
+def _xla_shape(t: torch.Tensor) -> str:
+    kind = _XLA_TYPES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+    return f"{kind}[{','.join(str(n) for n in t.shape)}]"
+
+
+def _get_xla_tensor_debug_info(t) -> str:
+    t = unwrap(t)
+    spec = spec_text(t)
+    lines = ["XLATensor {", f"Device: {t.device}", f"XLA Shape: {_xla_shape(t)}"]
+    lines.append(f"ShardingSpec: {spec or 'None'}")
+    if not lx.holds_device_data(t):
+        lines += ["IR: pending (runs at the next sync)", "XLAData: None"]
+    elif spec:
+        sharding = lx.get_sharding(t)
+        lines += ["IR: None", "XLAShardedData: ", "  Data Device: SPMD:0"]
+        lines += [f"  Data Shape: {_xla_shape(t)}", f"  OpSharding: {spec}"]
+        lines.append(f"  NumShards: {len(sharding.mesh.device_ids)}")
+    else:
+        kind = _xla_get_all_devices()[0].partition(":")[0]
+        lines += ["IR: None", "XLAData: ", f"  Data Device: {kind}:{t.device.index or 0}"]
+        lines.append(f"  Data Shape: {_xla_shape(t)}")
+    lines += ["Tensor on host: None", "}"]
+    return "\n".join(lines) + "\n"

@@ -79,7 +79,14 @@ from .state.layout import Layout  # noqa: E402
 from .state.rng import RNG  # noqa: E402
 from .state.storage import Storage  # noqa: E402
 from .state.values import ir_value  # noqa: E402
-from .tensor.lazy import LazyTensor, new_alias, new_tensor, rebind, storage_of  # noqa: E402
+from .tensor.lazy import (  # noqa: E402
+    LazyTensor,
+    holds_device_data,
+    new_alias,
+    new_tensor,
+    rebind,
+    storage_of,
+)
 from .tensor.transfer import from_cpu, to_cpu  # noqa: E402
 
 register_kernels()
@@ -176,6 +183,7 @@ __all__ = [
     "replay_signature",
     "shard_shapes",
     "storage_of",
+    "holds_device_data",
     "sharded_placement",
     "sharding_signature",
     "sync",

@@ -14,6 +14,7 @@ for x, y in lx.DeviceLoader(data_loader): ...         # batches moved while the 
 
 y = lx.call_jax(jax_fn, x, w)      # a JAX function as one node of the graph (docs/jax.md)
 a = lx.to_jax(t); t = lx.from_jax(a)                  # the same buffer, no copy
+lx.holds_device_data(t)            # False while t is pending IR, True once synced
 """
 
 from lazax import executor as _executor
@@ -26,6 +27,7 @@ from lazax.executor import (
     clear_sharding,
     from_jax,
     get_sharding,
+    holds_device_data,
     mark_sharding,
     register_lowering,
     scan_layers,
@@ -66,6 +68,7 @@ __all__ = [
     "from_jax",
     "get_sharding",
     "global_device_count",
+    "holds_device_data",
     "is_eager_mode",
     "mark_sharding",
     "max_memory_allocated",

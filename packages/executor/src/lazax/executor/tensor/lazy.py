@@ -7,6 +7,7 @@ Contract:
 - ``_lz_key`` is the tensor's key for the per-op spec cache: shape, dtype, stride,
   storage offset and storage size. Strides are torch's for views; other tensors are
   contiguous.
+- ``holds_device_data(t)``: its storage holds a device buffer, not pending IR.
 - ``new_tensor``, ``new_alias``, ``rebind`` and ``attach`` make and point tensors;
   ``resize_to`` and ``set_metadata`` change torch's metadata of one.
 Reads to the host (``repr``, ``tolist``, ``numpy``) are given by ``transfer``.
@@ -227,6 +228,14 @@ def resize_to(t: LazyTensor, shape: tuple[int, ...], value: ir.Value) -> None:
     t._lz_value = None
     t._lz_seen = 0
     t._lz_key = Layout(tuple(shape), t.dtype).mkey
+
+
+def holds_device_data(t: torch.Tensor) -> bool:
+    """Whether ``t``'s value lies in device memory (True) or is IR that the next sync
+    runs (False). A view answers for the storage it views."""
+    if type(t) is not LazyTensor:
+        raise TypeError(f"holds_device_data takes a lazax tensor, but got a {t.device} tensor")
+    return t._lz_storage.value.node.op == ir.DEVICE_DATA
 
 
 def storage_of(t: LazyTensor) -> Storage:
