@@ -82,3 +82,14 @@ def test_tpu_chips_follow_their_coordinates_within_each_slice(monkeypatch):
     assert mesh.get_logical_mesh().tolist() == [[1, 2, 6, 7], [3, 0, 4, 5]]
     mesh = xs.HybridMesh(ici_mesh_shape=(2, 2), dcn_mesh_shape=(2, 1))
     assert mesh.get_logical_mesh().tolist() == [[1, 2], [3, 0], [6, 7], [4, 5]]
+
+
+@needs_8
+def test_a_mesh_without_axis_names_answers_none_and_still_shards_by_index():
+    mesh = xs.Mesh(np.arange(8), (2, 4))
+    assert mesh.axis_names is None and mesh.shape() == {0: 2, 1: 4}
+    cpu = torch.arange(16.0).reshape(2, 8)
+    t = xs.mark_sharding(cpu.to(torch_xla.device()), mesh, (0, 1))
+    assert t.sharding_spec == "{devices=[2,4]0,1,2,3,4,5,6,7}"
+    assert [s.data.shape for s in t.local_shards] == [torch.Size([1, 2])] * 8
+    torch.testing.assert_close((t.global_tensor + 1).cpu(), cpu + 1)

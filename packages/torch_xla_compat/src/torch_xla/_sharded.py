@@ -67,7 +67,7 @@ def _layout(t):
     sharding = lx.get_sharding(unwrap(t))
     if sharding is None:
         return None
-    mesh, names = sharding.mesh, list(sharding.mesh.axis_names)
+    mesh, names = sharding.mesh, list(sharding.mesh.jax_mesh.axis_names)
     used, tiles = [], []
     for entry in sharding.partition_spec:
         axes = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))

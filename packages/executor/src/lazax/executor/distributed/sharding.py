@@ -3,7 +3,9 @@
 Contract:
 - ``Mesh(device_ids, mesh_shape, axis_names)``: a logical grid of this runtime's devices
   (jax's ``Mesh``); its ``key`` is a stable string, so a constraint hashes the same in
-  every process.
+  every process. Shardings name its axes by ``jax_mesh.axis_names`` (``axis0``, ... when
+  none were given), which lazax reads; ``axis_names`` is what the mesh shows its user
+  (the same, unless a subclass says otherwise: torch_xla's answers None).
 - ``mark_sharding(t, mesh, partition_spec)``: one entry per dimension of ``t``: ``None``
   (not split), a mesh axis name or index, or a tuple of them. Checked at the call
   (``ValueError`` naming the axis or dimension). Device data is re-laid out at once
@@ -90,7 +92,7 @@ class Mesh:
         return hash(self.key)
 
     def size(self, axis: str) -> int:
-        return self.mesh_shape[self.axis_names.index(axis)]
+        return self.mesh_shape[self.jax_mesh.axis_names.index(axis)]
 
     def __repr__(self) -> str:
         return (
@@ -114,6 +116,9 @@ def normalize(mesh: Mesh, spec, shape, divides: bool = True) -> tuple:
             f"partition_spec {spec} has {len(spec)} entries, but the tensor has "
             f"{len(shape)} dimensions (shape {tuple(shape)}): give one entry per dimension"
         )
+    # The names shardings use: a subclass may show the user other ``axis_names``
+    # (torch_xla's Mesh answers None when none were given).
+    names_of_axes = mesh.jax_mesh.axis_names
     used: set[str] = set()
     names = []
     for dim, entry in enumerate(spec):
@@ -123,12 +128,12 @@ def normalize(mesh: Mesh, spec, shape, divides: bool = True) -> tuple:
         axes = entry if isinstance(entry, tuple) else (entry,)
         resolved = []
         for axis in axes:
-            if isinstance(axis, int) and 0 <= axis < len(mesh.axis_names):
-                axis = mesh.axis_names[axis]
-            if axis not in mesh.axis_names:
+            if isinstance(axis, int) and 0 <= axis < len(names_of_axes):
+                axis = names_of_axes[axis]
+            if axis not in names_of_axes:
                 raise ValueError(
                     f"partition_spec {spec} names mesh axis {axis!r}, but the mesh's axes "
-                    f"are {mesh.axis_names}"
+                    f"are {names_of_axes}"
                 )
             if axis in used:
                 raise ValueError(f"partition_spec {spec} uses mesh axis {axis!r} twice")

@@ -300,7 +300,7 @@ def _sharding_of(storage: Storage) -> dict | None:
     return {
         "devices": list(mesh.device_ids),
         "shape": list(mesh.mesh_shape),
-        "axes": list(mesh.axis_names),
+        "axes": list(mesh.jax_mesh.axis_names),
         "spec": [list(e) if isinstance(e, tuple) else e for e in sharding.partition_spec],
     }
 

@@ -2,7 +2,9 @@
 
 Contract:
 - ``Mesh(device_ids, mesh_shape, axis_names=None)``: an ``lx.Mesh`` (so every lazax
-  function takes it) with torch_xla's methods and checks (see the package docstring).
+  function takes it) with torch_xla's methods and checks (see the package docstring);
+  ``axis_names`` is None when none were given, as torch_xla's (lazax names the axes
+  ``axis0``, ... in its shardings).
 - ``HybridMesh(*, ici_mesh_shape, dcn_mesh_shape=None, axis_names=None)``: a ``Mesh`` of
   shape ``ici * dcn`` (axis by axis) over every device of the job, for slices joined by
   the data-centre network: each slice's devices fill an ``ici_mesh_shape`` block, and the
@@ -46,6 +48,8 @@ class Mesh(lx.Mesh):
         _check(ids, shape, names)
         super().__init__(ids, shape, names)
         self.device_ids = _DeviceIds(self.device_ids)
+        # None when none were given, as torch_xla's; shardings use jax_mesh's names.
+        self.axis_names = names
 
     def size(self, axis=None) -> int:  # torch_xla: size() is the device count
         if axis is None:
