@@ -67,3 +67,20 @@ def test_openxla_graph_on_two_devices_raises_before_running():
         with pytest.raises(RuntimeError, match=f"found two different devices: {device} and cpu"):
             compiled(torch.randn(1, 3, 8, 8))
     assert met.metric_data("ExecuteTime") is None
+
+
+def test_pending_inputs_synced_before_a_dynamo_graph_are_counted_as_torch_xla_does():
+    dev = torch_xla.device()
+    fn = torch.compile(lambda a, b: torch.tanh(a) + b, backend="openxla")
+    x, y = torch.randn(3, 4, device=dev), torch.randn(3, 4, device=dev)
+    torch_xla.sync()
+    met.clear_all()
+    fn(x, y)  # inputs on the device already: nothing to sync first
+    assert met.counter_value("DynamoSyncInputExecuteTime") is None
+    pending = x * 2  # pending IR: the bridge runs it before the graph
+    out = fn(pending, y)
+    assert met.counter_value("DynamoSyncInputExecuteTime") == 1
+    assert "DynamoSyncInputExecuteTime" in met.counter_names()
+    assert "Counter: DynamoSyncInputExecuteTime\n  Value: 1" in met.short_metrics_report()
+    assert "XLAData: None" not in _XLAC._get_xla_tensor_debug_info(pending)
+    torch.testing.assert_close(out.cpu(), torch.tanh(x.cpu() * 2) + y.cpu())

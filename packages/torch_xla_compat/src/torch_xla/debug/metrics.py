@@ -13,7 +13,9 @@ seconds). The names torch_xla's users read exist with the same meaning:
 with ``torch_xla._XLAC._xla_increment_counter`` are reported beside them. ``xla::<op>``:
 how many times lazax traced the op (``lx.metrics.traced_op_counts``; ``t += 2`` counts as
 ``xla::add``, as torch_xla's functionalized ``add_``); a dynamo graph that replays traces
-nothing, so its ops are not counted again.
+nothing, so its ops are not counted again. ``DynamoSyncInputExecuteTime`` is a counter
+in torch_xla (the dynamo bridge ran its inputs' pending IR first) and a timed metric in
+lazax: both are reported, the counter being the metric's count of samples.
 ``short_metrics_report(counter_names, metric_names)``: the full report's entries of
 those names (torch_xla's default lists where None) and the CPU-fallback counters.
 """
@@ -46,8 +48,22 @@ def _op_counters() -> dict[str, int]:
     }
 
 
+# Events torch_xla counts and lazax times: the counter is the metric's sample count.
+_TIMED_EVENTS = ("DynamoSyncInputExecuteTime",)
+
+
+def _event_counters() -> dict[str, int]:
+    counts = {}
+    for name in _TIMED_EVENTS:
+        data = _metrics.metric_data(name)
+        if data is not None:
+            counts[name] = data[0]
+    return counts
+
+
 def counter_names() -> list[str]:
-    return list(_metrics.counter_names()) + list(_op_counters()) + _counters.names()
+    names = list(_metrics.counter_names()) + list(_op_counters()) + list(_event_counters())
+    return names + _counters.names()
 
 
 def counter_value(name: str) -> int | None:
@@ -56,6 +72,8 @@ def counter_value(name: str) -> int | None:
         return own
     if name.startswith("xla::"):
         return _op_counters().get(name)
+    if name in _TIMED_EVENTS:
+        return _event_counters().get(name)
     return _metrics.counter_value(name)
 
 
@@ -68,7 +86,8 @@ def metric_data(name: str):
 
 
 def _own_counters() -> str:
-    counts = {**_op_counters(), **{n: _counters.value(n) for n in _counters.names()}}
+    counts = {**_op_counters(), **_event_counters()}
+    counts.update({n: _counters.value(n) for n in _counters.names()})
     return "".join(f"Counter: {n}\n  Value: {v}\n" for n, v in counts.items())
 
 
@@ -84,7 +103,7 @@ _SHORT_METRICS = (
     "TransferToDeviceTime",
     "TransferFromDeviceTime",
 )
-_SHORT_COUNTERS = ("CachedCompile", "MarkStep")
+_SHORT_COUNTERS = ("CachedCompile", "MarkStep", "DynamoSyncInputExecuteTime")
 
 
 def _blocks(report: str):
@@ -104,8 +123,9 @@ def _blocks(report: str):
 
 def short_metrics_report(counter_names=None, metric_names=None) -> str:
     """The entries of ``metrics_report()`` named by ``metric_names`` and ``counter_names``
-    (torch_xla's defaults where None: compile, execute and transfer times, ``CachedCompile``
-    and ``MarkStep``), and every op that ran on the CPU (``aten::<op>``)."""
+    (torch_xla's defaults where None: compile, execute and transfer times,
+    ``CachedCompile``, ``MarkStep`` and ``DynamoSyncInputExecuteTime``), and every op that
+    ran on the CPU (``aten::<op>``)."""
     metrics = set(_SHORT_METRICS if metric_names is None else metric_names)
     counters = set(_SHORT_COUNTERS if counter_names is None else counter_names)
     keep = []
