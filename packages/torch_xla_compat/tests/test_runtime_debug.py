@@ -36,6 +36,19 @@ def test_runtime_shape_of_one_process(monkeypatch):
     assert os.environ["PJRT_DEVICE"] == "CPU" and xr.device_type() == "CPU"
 
 
+def test_no_default_device_leaves_the_device_type_unchosen_until_a_device_is_used(
+    monkeypatch,
+):
+    torch.ones(1, device=torch_xla.device()).cpu()  # the runtime has started: on the CPU
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    monkeypatch.setenv("PJRT_SELECT_DEFAULT_DEVICE", "0")
+    assert xr.device_type() == "CPU"
+    monkeypatch.setattr(torch_xla._XLAC, "_xla_runtime_is_initialized", lambda: False)
+    assert xr.device_type() is None
+    monkeypatch.setenv("PJRT_SELECT_DEFAULT_DEVICE", "1")
+    assert xr.device_type() == "CPU"
+
+
 def test_use_spmd_makes_world_size_one(monkeypatch):
     import torch_xla.runtime as runtime
 

@@ -4,6 +4,8 @@ Contract:
 - ``device_type()``: ``"CPU"``, ``"CUDA"`` or ``"TPU"``: the platform lazax runs on, from
   ``PJRT_DEVICE`` as lazax reads it (``GPU`` reads as ``CUDA``); ``set_device_type(name)``
   sets ``PJRT_DEVICE``; once a device was used, another platform raises ``RuntimeError``.
+  Without ``PJRT_DEVICE``, ``PJRT_SELECT_DEFAULT_DEVICE=0`` makes ``device_type()`` None
+  (no platform chosen, as torch_xla) until a device is used; lazax then runs on the CPU.
 - Processes: lazax runs one process per host (or per torchrun worker) over all its
   devices, so torch_xla's replicas are lazax's processes: ``world_size()`` is
   ``lx.process_count()`` (1 after ``use_spmd()``, as in torch_xla), ``global_ordinal()``
@@ -57,9 +59,15 @@ _SPMD = [os.environ.get("XLA_USE_SPMD", "0").strip() not in ("", "0")]
 _NAMES = {"CPU": "CPU", "CUDA": "CUDA", "GPU": "CUDA", "TPU": "TPU"}
 
 
-def device_type() -> str:
-    """The platform: "CPU", "CUDA" or "TPU"."""
-    raw = os.environ.get("PJRT_DEVICE", "CPU").strip().upper() or "CPU"
+def device_type() -> str | None:
+    """The platform: "CPU", "CUDA" or "TPU"; None while none is chosen (see the module
+    docstring)."""
+    raw = os.environ.get("PJRT_DEVICE", "").strip().upper()
+    if not raw:
+        no_default = os.environ.get("PJRT_SELECT_DEFAULT_DEVICE", "1").strip() == "0"
+        if no_default and not _XLAC._xla_runtime_is_initialized():
+            return None
+        raw = "CPU"
     return _NAMES.get(raw, raw)
 
 
