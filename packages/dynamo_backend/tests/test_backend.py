@@ -167,3 +167,15 @@ def test_a_replayed_graph_traces_no_op():
     lx_exec.metrics.clear_all()
     torch.testing.assert_close(compiled(x).cpu(), torch.sin(torch.ones(4)) * 3.0)
     assert lx_exec.metrics.traced_op_counts() == {}
+
+
+def test_each_replay_times_its_input_and_output_phases():
+    x = torch.ones(4).to(DEV)
+    compiled = torch.compile(lambda t: torch.cos(t) + 1.0, backend="lazax")
+    compiled(x)
+    lx_exec.metrics.clear_all()
+    for _ in range(3):
+        compiled(x)
+    assert lx_exec.metrics.metric_data("RunCachedGraphInputData")[0] == 3
+    assert lx_exec.metrics.metric_data("RunCachedGraphOutputData")[0] == 3
+    assert lx_exec.metrics.metric_data("ExecuteTime")[0] == 3

@@ -9,9 +9,11 @@ cache is warmed; nothing executes). ``Replay.run(args)`` runs the graph on new
 arguments of the same layouts with no interpretation, no aten dispatch and no
 hashing (the only IR built is a view node for each output that is a strided view):
 gather the input buffers, execute the cached executable by hash (lowering it again if it
-was evicted), wrap the outputs, write the mutated arguments back. It compiles and runs
-through the barrier's compile and execute stages, so metrics, out-of-memory errors and
-device-side checks are the barrier's. A mutated argument
+was evicted), wrap the outputs, write the mutated arguments back. The first and the last
+two phases are timed as ``RunCachedGraphInputData`` and ``RunCachedGraphOutputData``
+(torch_xla's names for its cached-graph runner's), one sample per run of a program.
+It compiles and runs through the barrier's compile and execute stages, so metrics,
+out-of-memory errors and device-side checks are the barrier's. A mutated argument
 whose buffer nothing else holds (no other tensor's IR, no second storage) is donated:
 the executable writes the new value over it, as lazy mode's sync does; an executable is
 kept per donation pattern. A program's device-side checks (a bad index) are queued
@@ -29,6 +31,7 @@ the call's seeds itself, in the order the ops took them.
 from __future__ import annotations
 
 from collections import Counter
+from time import perf_counter
 
 import numpy as np
 import torch
@@ -275,7 +278,11 @@ class Replay:
             return self._run(args)
 
     def _run(self, args):
-        outputs = self._execute(args) if self.lowered is not None else []
+        outputs = []
+        if self.lowered is not None:
+            buffers = self._execute(args)
+            wrapping = perf_counter()
+            outputs = self._adopt(buffers, args)
         results = []
         bases: dict[int, LazyTensor] = {}
         for kind, ref, layout in self.recipes:
@@ -297,6 +304,8 @@ class Replay:
                 results.append(rebind(args[ref]._lz_storage, layout))
             else:
                 results.append(ref)
+        if self.lowered is not None:
+            metrics.record("RunCachedGraphOutputData", perf_counter() - wrapping)
         return results[0] if self.single else results
 
     def _donations(self, args) -> tuple[int, ...]:
@@ -305,7 +314,9 @@ class Replay:
         may = EXECUTOR.donation.choose_written([args[i]._lz_storage.value for _, i in slots])
         return tuple(slot for (slot, _), ok in zip(slots, may) if ok)
 
-    def _execute(self, args) -> list[Storage]:
+    def _execute(self, args) -> list:
+        """Run the program on ``args``; its result buffers."""
+        gathering = perf_counter()
         donate = self._donations(args) if self.mutated_slots else ()
         params = self.template.copy()
         for slot, i in self.storage_slots:
@@ -318,6 +329,7 @@ class Replay:
         runtime = compiler.runtime
         if self.placement is not None:
             place_arguments(runtime, params, self.placement[1])
+        metrics.record("RunCachedGraphInputData", perf_counter() - gathering)
         key = self._key(donate)
         entry = compiler.lookup(key)
         if entry is None:  # a replay's hits are not counted: it runs by hash every call
@@ -327,6 +339,11 @@ class Replay:
         if checks:  # the results stay (see lazax.executor.barrier.checks)
             sites = [self.sites.get(p, ("?", None)) for p, _, _ in checks]
             CHECKS.queue(buffers[-1], checks, sites, EXECUTOR.graph_name, "replay")
+        return buffers
+
+    def _adopt(self, buffers, args) -> list[Storage]:
+        """New storages for the graph's new values; the mutated arguments' storages
+        take their new buffers."""
         specs = self.root_specs
         device = self.device_index
         made = [
