@@ -87,9 +87,9 @@ def test_full_graph_refuses_execution_and_names_the_line(capsys):
 def test_full_graph_refuses_a_cpu_fallback():
     @lx.compile(full_graph=True)
     def step(t):
-        return torch.linalg.inv(t)  # no lowering: a CPU fallback would execute
+        return torch.linalg.matrix_exp(t)  # no lowering: a CPU fallback would execute
 
-    with pytest.raises(RuntimeError, match="CPU fallback of aten::linalg_inv_ex"):
+    with pytest.raises(RuntimeError, match="CPU fallback of aten::linalg_matrix_exp"):
         step(torch.eye(3).to(DEV))
     assert lx_exec.EXECUTOR.allow_execution
 

@@ -18,6 +18,10 @@ Values that torch leaves undefined (``empty``'s contents, random draws) are chec
 shape and dtype only (``VALUES_UNDEFINED`` for every sample of an op,
 ``RANDOM_SAMPLES`` for the samples that draw, e.g. attention with dropout). Arguments that
 torch requires on the CPU whatever the device (``CPU_ARGUMENTS``) stay there.
+Outputs defined only up to signs or phases (singular vectors, eigenvectors: ``GAUGE``)
+are compared by their shapes and dtypes, then through the sample's
+``output_process_fn_grad``, torch's own function of them that does not depend on the
+choice (``|U|``, ``U @ Vh``), which the gradient variant differentiates too.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import lazax.dynamo  # noqa: F401  (registers the "lazax" backend)
 import lazax.modes as lx
 
 from .oracles import no_less_accurate, picker, same_picks
-from .skips import CPU_ARGUMENTS, RANDOM_SAMPLES, TOLERANCES, VALUES_UNDEFINED
+from .skips import CPU_ARGUMENTS, GAUGE, RANDOM_SAMPLES, TOLERANCES, VALUES_UNDEFINED
 
 MODES = ("lazy", "eager", "compile", "dynamo")
 DTYPES = {
@@ -224,9 +228,16 @@ _DOUBLE = {
 }
 
 
-def _float64_run(op, variant: str, sample, index: int):
+def _then(fn, process):
+    """``fn`` followed by ``process`` (a gauge-invariant view of its outputs), if any."""
+    if process is None:
+        return fn
+    return lambda *args, **kwargs: process(fn(*args, **kwargs))
+
+
+def _float64_run(op, variant: str, sample, index: int, process=None):
     """The sample's result with every float tensor in double precision (the reference
-    of ``oracles.no_less_accurate``)."""
+    of ``oracles.no_less_accurate``), through ``process`` if given."""
 
     def double(x):
         if not isinstance(x, torch.Tensor) or x.dtype not in _DOUBLE:
@@ -235,8 +246,8 @@ def _float64_run(op, variant: str, sample, index: int):
 
     x, args, kwargs = tree_map(double, _clone((sample.input, sample.args, sample.kwargs)))
     if variant == "grad":
-        return _grad_run(op.op, x, args, kwargs, index)
-    return _call_fn(op, "op" if variant == "out" else variant)(x, *args, **kwargs)
+        return _grad_run(_then(op.op, process), x, args, kwargs, index)
+    return _then(_call_fn(op, "op" if variant == "out" else variant), process)(x, *args, **kwargs)
 
 
 def _grad_run(fn, sample_input, args, kwargs, cotangent_seed: int):
@@ -288,6 +299,7 @@ def _expected_cases(op, dtype, variant: str, limit: int | None):
         if limit is not None and ran >= limit:
             return
         args = (sample.input, sample.args, sample.kwargs)
+        process = sample.output_process_fn_grad if name in GAUGE else None
         cpu_input, cpu_args, cpu_kwargs = _clone(args)
         lz_input, lz_args, lz_kwargs = _to_device(_clone(args))
         if name in CPU_ARGUMENTS:  # an argument torch requires on the CPU on any device
@@ -307,7 +319,7 @@ def _expected_cases(op, dtype, variant: str, limit: int | None):
                 fn(cpu_input, *cpu_args, out=out, **cpu_kwargs)
                 lz_kwargs = {**lz_kwargs, "out": torch.empty_like(out).to(lx.device())}
             elif variant == "grad":
-                expected = _grad_run(fn, cpu_input, cpu_args, cpu_kwargs, ran)
+                expected = _grad_run(_then(fn, process), cpu_input, cpu_args, cpu_kwargs, ran)
                 if expected is None:
                     continue
             else:
@@ -319,16 +331,17 @@ def _expected_cases(op, dtype, variant: str, limit: int | None):
         checks = (not random, picker(name, sample))
         reference = None
         if not random and dtype in (torch.float32, torch.bfloat16):
-            reference = functools.partial(_float64_run, op, variant, sample, ran)
-        yield ran, what, (lz_input, lz_args, lz_kwargs), expected, (checks, reference)
+            reference = functools.partial(_float64_run, op, variant, sample, ran, process)
+        yield ran, what, (lz_input, lz_args, lz_kwargs), expected, (checks, reference), process
         ran += 1
 
 
-def _run_lazax(op, variant: str, mode: str, index: int, lz):
+def _run_lazax(op, variant: str, mode: str, index: int, lz, process=None):
     fn = _call_fn(op, variant)
     lz_input, lz_args, lz_kwargs = lz
     if variant != "grad":
         return _in_mode(fn, mode)(lz_input, *lz_args, **lz_kwargs)
+    fn = _then(fn, process)  # gradients of the gauge-invariant view (op: on the CPU)
     if mode == "dynamo":
         return _grad_run(_in_mode(fn, mode), lz_input, lz_args, lz_kwargs, index)
     if mode == "compile":
@@ -366,9 +379,9 @@ def check(op, dtype: torch.dtype, mode: str, variant: str = "op") -> Result:
         if not cases:
             return Result("none")
         results = []
-        for index, what, lz, *_ in cases:
+        for index, what, lz, *_, process in cases:
             try:
-                results.append(_run_lazax(op, variant, mode, index, lz))
+                results.append(_run_lazax(op, variant, mode, index, lz, process))
             except Exception as err:
                 return Result("error", index + 1, f"{what}: {type(err).__name__}: {_short(err)}")
             if mode != "lazy":  # lazy: every sample's graph runs as one, below
@@ -383,13 +396,16 @@ def check(op, dtype: torch.dtype, mode: str, variant: str = "op") -> Result:
                 lx.sync()
             except Exception:
                 pass  # run one by one below, to name the sample that fails
-        for (index, what, _, expected, (checks, reference)), got in zip(cases, results):
+        for (index, what, _, expected, (checks, reference), process), got in zip(cases, results):
             try:
                 got = _on_cpu(got)
             except Exception as err:
                 return Result("error", index + 1, f"{what}: {type(err).__name__}: {_short(err)}")
             expected = tree_map(lambda x: x, expected)  # the same containers as got
             try:
+                if process is not None and variant != "grad":
+                    _compare(name, got, expected, dtype, what, False)  # shapes and dtypes
+                    got, expected = process(got), process(expected)
                 _compare(name, got, expected, dtype, what, *checks)
             except _Mismatch as err:
                 close = functools.partial(_close, TOLERANCES.get(name, {}))

@@ -20,6 +20,10 @@
   ties); an index output passes when it picks the same values as torch's.
 - ``TOLERANCES``: op id -> {dtype: (rtol, atol)} where XLA's math differs from torch's
   CPU kernels by more than the default tolerance, within what the op promises.
+- ``GAUGE``: op id -> why: ops whose outputs are defined only up to signs or phases
+  (singular vectors, eigenvectors); their shapes and dtypes are compared, then their
+  values through the sample's ``output_process_fn_grad`` (torch's own gauge-invariant
+  function of them, which its gradient tests use), in every variant.
 """
 
 import json
@@ -102,6 +106,19 @@ INDICES_AMONG_TIES = {
     "argsort": 0,
     "topk": 1,
     "kthvalue": 1,
+}
+
+GAUGE: dict[str, str] = {
+    # LAPACK leaves each singular vector's sign (phase) free, and the columns past the
+    # rank with full_matrices=True; jax's gesdd and syevd choose theirs, torch's theirs.
+    # OpInfo's samples compare |U|, S, |Vh| and U @ Vh (svd) or the eigenvalues and
+    # |eigenvectors| (eigh): the same for any choice.
+    "svd": "singular vectors up to sign (phase)",
+    "linalg.svd": "singular vectors up to sign (phase)",
+    "linalg.eigh": "eigenvectors up to sign (phase)",
+    # Its samples have rank q, so the random projection finds the exact factors, up to
+    # sign; the samples compare U @ V^H and S.
+    "pca_lowrank": "singular vectors up to sign (phase)",
 }
 
 CPU_ARGUMENTS: dict[str, set[int]] = {

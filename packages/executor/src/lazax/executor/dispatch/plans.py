@@ -11,7 +11,9 @@ On a miss the output specs come from torch's own meta kernels, run once per key,
 dtypes, shapes, view strides and error messages are torch's. If the meta kernel
 rejects the call, the same call is tried on empty CPU tensors, so the user sees the CPU
 error type and message (what they would see on "cpu" or "cuda"). Checks the CPU kernel
-makes and the meta kernel skips (``ops._arguments``) run once the meta kernel accepts.
+makes and the meta kernel skips (``ops._arguments``) run once the meta kernel accepts;
+a check may send the call to the CPU fallback (``RunOnCpu``), and an op whose values
+depend on an input's strides gets them as attributes (``layout_arguments``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ import torch
 from lazax import ir
 
 from ..ops import checked_ops
-from ..ops._arguments import argument_check_for, output_specs_for
+from ..ops._arguments import (
+    RunOnCpu,
+    argument_check_for,
+    layout_arguments_for,
+    output_specs_for,
+)
 from ..state.dtypes import dtype_name
 from ..state.layout import Layout
 from ..tensor.lazy import LazyTensor
@@ -224,13 +231,21 @@ class OpPlan:
             raise meta_error
         check = argument_check_for(self.lowering_name)
         if check is not None:  # what the CPU kernel rejects and the meta kernel does not
-            check(*args, **kwargs)
+            try:
+                check(*args, **kwargs)
+            except RunOnCpu as why:  # a call lazax runs on the CPU by design
+                self.cache[key] = FALLBACK
+                raise NeedsFallback(str(why)) from None
         counter = [0]
         args_t = tuple(_template(a, s, counter) for a, s in zip(args, self.slots))
         args_t += tuple(_template(a, 0, counter) for a in args[len(self.slots) :])
         kwargs_t = tuple(
             (k, _template(v, self.kw_slots.get(k, 0), counter)) for k, v in kwargs.items()
         )
+        layout_of = layout_arguments_for(self.lowering_name)
+        if layout_of is not None:  # values that depend on an input's strides
+            extra = layout_of(*meta_args, **meta_kwargs)
+            kwargs_t += tuple((k, _encode(v)) for k, v in sorted(extra.items()))
         if self.kind == INPLACE:
             written = args[0]
             flat = list(written) if isinstance(written, (list, tuple)) else [written]

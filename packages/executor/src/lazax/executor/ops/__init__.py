@@ -11,6 +11,7 @@ from . import (  # noqa: E402,F401
     core,  # copies, conversions, factories, view pseudo-ops
     elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
     experts,  # _grouped_mm (mixture-of-experts products), transformers' grouped_mm ops
+    factorizations,  # torch.linalg: svd, qr, cholesky, eigh, LU (det, solve, inv), eye
     fft,  # _fft_r2c, _fft_c2r, _fft_c2c (every torch.fft function, + gradients)
     foreach,  # the _foreach_* ops optimizers use
     histograms,  # histc (integer inputs too, as on CUDA)

@@ -25,6 +25,18 @@ The reverse also happens: a meta kernel that refuses what the CPU kernel compute
 ``@output_specs(aten.x.overload)`` registers ``fn(*args, **kwargs)`` that lazax calls
 instead of the meta kernel, with the same meta arguments: it returns the outputs as
 meta tensors, raising the CPU kernel's errors itself. Same key rules as a check.
+
+Two more things a check may say about a call:
+- raise ``RunOnCpu(reason)``: lazax runs this call, and every later one with the same
+  key, through the CPU fallback (``linalg_cholesky_ex(check_errors=True)``: torch's
+  kernel raises ``torch.linalg.LinAlgError`` from the values, which only a host read
+  of them can do, as on CUDA).
+- ``@layout_arguments(aten.x.overload)`` registers ``fn(*args, **kwargs)``, called with
+  the meta arguments (shape, dtype, strides) on a miss, that returns a dict of plain
+  values (bool, int, str): the node keeps them as attributes and the rule receives them
+  as keyword arguments. For the CPU kernels whose *values* depend on an input's strides
+  (``_linalg_det`` factors ``A``'s transpose when ``A`` is contiguous and real, and its
+  backward reads that factorization on the same premise). Same key rules as a check.
 """
 
 from __future__ import annotations
@@ -35,8 +47,11 @@ from typing import Any
 import torch
 
 __all__ = [
+    "RunOnCpu",
     "argument_check",
     "argument_check_for",
+    "layout_arguments",
+    "layout_arguments_for",
     "output_specs",
     "output_specs_for",
     "scalar_type_name",
@@ -45,6 +60,11 @@ __all__ = [
 
 _CHECKS: dict[str, Callable[..., None]] = {}
 _SPECS: dict[str, Callable[..., Any]] = {}
+_LAYOUTS: dict[str, Callable[..., dict]] = {}
+
+
+class RunOnCpu(Exception):
+    """Raised by an argument check: this call runs through the CPU fallback."""
 
 
 def argument_check(*ops: Any):
@@ -84,6 +104,25 @@ def output_specs(*ops: Any):
 def output_specs_for(name: str) -> Callable[..., Any] | None:
     """The output specs registered for the overload named ``name``, if any."""
     return _SPECS.get(name)
+
+
+def layout_arguments(*ops: Any):
+    """Register the decorated function as the layout arguments of ``ops``."""
+
+    def register(fn: Callable[..., dict]) -> Callable[..., dict]:
+        for op in ops:
+            name = op if isinstance(op, str) else op.name()
+            if name in _LAYOUTS:
+                raise RuntimeError(f"aten op {name} already has layout arguments")
+            _LAYOUTS[name] = fn
+        return fn
+
+    return register
+
+
+def layout_arguments_for(name: str) -> Callable[..., dict] | None:
+    """The layout arguments registered for the overload named ``name``, if any."""
+    return _LAYOUTS.get(name)
 
 
 # How torch's C++ messages print a dtype: as a ``ScalarType`` ("Long") or as a
