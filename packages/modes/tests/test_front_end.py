@@ -42,6 +42,25 @@ def test_metrics_report_and_clear():
     assert lx.metrics.counter_value("CachedCompile") is None
 
 
+def test_metrics_count_bytes_buffers_aliases_and_scalar_reads():
+    lx.metrics.clear_all()
+    x = torch.zeros(2, 3, dtype=torch.float64).to(lx.device())  # 48 bytes in
+    x += 1
+    lx.sync()  # donated: the program's output takes x's buffer
+    assert x.sum().item() == 6.0  # a compile, 8 bytes out, one scalar read
+    m = lx.metrics
+    assert m.metric_data("InboundData")[:2] == (1, 48)
+    assert m.metric_unit("InboundData") == "bytes"
+    assert m.metric_data("OutboundData")[:2] == (1, 8)
+    assert m.metric_data("InputOutputAliasCount")[:2] == (2, 1)  # x += 1 donates x; sum none
+    assert m.metric_unit("InputOutputAliasCount") == "count"
+    assert m.metric_unit("ExecuteTime") == "seconds"
+    assert m.counter_value("CreateCompileHandles") == 2
+    assert m.counter_value("CreateDataHandles") == 3  # the upload, each program's output
+    assert m.counter_value("ScalarReads") == 1
+    assert "Accumulator: 48B" in m.metrics_report()
+
+
 def test_traced_op_counts_count_each_traced_op_by_name():
     x = torch.ones(4).to(lx.device())
     lx.sync()

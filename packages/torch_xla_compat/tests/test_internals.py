@@ -148,11 +148,13 @@ def test_metrics_compare_utils_reads_reports():
     report = (
         "Metric: CompileTime\n  TotalSamples: 2\n  Accumulator: 1.5ms\n"
         "  Median: 0.7ms (over the last 2)\nCounter: UncachedCompile\n  Value: 2\n"
+        "Metric: InboundData\n  TotalSamples: 1\n  Accumulator: 1.50KB\n"
     )
     points = mcu.get_data_points_from_metrics_reports([report, report])
     assert points["CompileTime__TotalSamples"] == [2.0, 2.0]
     assert points["CompileTime__Accumulator"] == [pytest.approx(1.5e-3)] * 2
     assert points["UncachedCompile__Value"] == [2.0, 2.0]
+    assert points["InboundData__Accumulator"] == [pytest.approx(1.5 / 1024)] * 2  # MB
 
 
 def test_short_metrics_report_keeps_the_named_entries():

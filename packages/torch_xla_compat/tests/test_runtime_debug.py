@@ -100,6 +100,52 @@ def test_metrics_count_compiles_and_executions_under_torch_xla_names():
     assert met.counter_value("UncachedCompile") is None
 
 
+def test_transfers_report_their_bytes_and_tensor_to_data_its_time():
+    met.clear_all()
+    x = torch.ones(4, 8).to(torch_xla.device())  # 128 bytes in
+    (x + 1).cpu()  # 128 bytes out
+    assert met.metric_data("InboundData")[:2] == (1, 128)
+    assert met.metric_data("OutboundData")[:2] == (1, 128)
+    count, total_ns, _ = met.metric_data("TensorToData")
+    assert (count, total_ns) == met.metric_data("TransferToDeviceTime")[:2]
+    assert "TensorToData" in met.metric_names()
+    report = met.metrics_report()
+    assert "Metric: InboundData\n  TotalSamples: 1\n  Accumulator: 128B" in report
+    assert "Metric: TensorToData" in report
+    assert met.counter_value("CreateCompileHandles") == 1  # the add
+    assert met.counter_value("CreateDataHandles") == 2  # the upload, the add's result
+    met.clear_metrics()
+    assert "TensorToData" not in met.metrics_report() and met.metric_names() == []
+
+
+def test_in_place_update_reports_its_alias_and_the_short_report_names_it():
+    met.clear_all()
+    x = torch.zeros(3).to(torch_xla.device())
+    x += 2  # the program's output takes x's buffer
+    torch_xla.sync()
+    assert met.metric_data("InputOutputAliasCount")[:2] == (1, 1)
+    short = met.short_metrics_report(["CreateCompileHandles"], ["InputOutputAliasCount"])
+    assert "Counter: CreateCompileHandles" in short and "InputOutputAliasCount" in short
+    assert "CompileTime" not in short
+
+
+def test_a_read_of_one_element_counts_as_local_scalar_dense():
+    met.clear_all()
+    t = torch.tensor(3.0).to(torch_xla.device()) * 2
+    if t:  # a host read, as .item()
+        t += float(t)
+    assert met.counter_value("aten::_local_scalar_dense") == 2
+    assert met.executed_fallback_ops() == ["aten::_local_scalar_dense"]
+    assert "Counter: aten::_local_scalar_dense\n  Value: 2" in met.short_metrics_report()
+
+
+def test_batch_norm_counts_as_native_batch_norm():
+    met.clear_all()
+    bn = torch.nn.BatchNorm1d(4).to(torch_xla.device())
+    bn(torch.randn(8, 4).to(torch_xla.device()))
+    assert met.counter_value("xla::native_batch_norm") == 1
+
+
 @torch.library.custom_op("torch_xla_compat_test::twice", mutates_args=())
 def _twice(x: torch.Tensor) -> torch.Tensor:
     return x * 2

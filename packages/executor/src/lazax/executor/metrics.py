@@ -6,6 +6,14 @@ of an unknown name is None (as torch_xla); ``metric_data(name)`` is
 ``(count, total_seconds, recent_samples)``. ``recompile_reports()`` says why each
 recent recompile happened; ``compiles_by_name()`` counts and times the compiles of each
 program name (``metrics_report`` lists them, most compiled first).
+Metrics are seconds unless recorded with another unit (``record(name, n, unit=)``):
+``InboundData`` / ``OutboundData`` are the bytes of each transfer to / from the device,
+``InputOutputAliasCount`` the donated inputs of each compiled program (outputs that
+reuse an input's buffer). Counters beside the compile and execute ones:
+``CreateCompileHandles`` (executables compiled), ``CreateDataHandles`` (device buffers
+made by transfers and executions), ``ScalarReads`` (``.item()``, ``bool(t)`` and other
+reads of one element to the host: each a sync). These carry torch_xla's names for the
+same facts, as ``CompileTime`` and ``TransferToDeviceTime`` do.
 ``traced_op_counts()``: how many times each op (``aten::add``, an in-place op under its
 functional name, no overload) was traced onto a lazax tensor, eager ops included; ops
 that ran through the CPU fallback are the ``aten::<op>`` counters instead. An
@@ -29,6 +37,7 @@ __all__ = [
     "counter_value",
     "metric_data",
     "metric_names",
+    "metric_unit",
     "metrics_report",
     "record",
     "record_compile",
@@ -43,6 +52,7 @@ _COUNTERS: dict[str, int] = {}
 _METRICS: dict[str, list] = {}  # name -> [count, total, deque of recent samples]
 _SAMPLES_KEPT = 1024
 _RECOMPILES: deque = deque(maxlen=_SAMPLES_KEPT)  # why each recompile happened, newest last
+_UNITS: dict[str, str] = {}  # metric name -> "bytes" or "count" (default: seconds)
 _COMPILES: dict[str, list] = {}  # program name -> [compiles, total seconds]
 # op name -> times traced; bumped inline by the tracing hot path (a dict update per op).
 TRACED_OPS: dict[str, int] = {}
@@ -52,13 +62,21 @@ def bump(name: str, n: int = 1) -> None:
     _COUNTERS[name] = _COUNTERS.get(name, 0) + n
 
 
-def record(name: str, seconds: float) -> None:
+def record(name: str, value: float, unit: str = "seconds") -> None:
+    """One sample of metric ``name``: seconds, or ``unit`` "bytes" / "count"."""
     entry = _METRICS.get(name)
     if entry is None:
         entry = _METRICS[name] = [0, 0.0, deque(maxlen=_SAMPLES_KEPT)]
+        if unit != "seconds":
+            _UNITS[name] = unit
     entry[0] += 1
-    entry[1] += seconds
-    entry[2].append(seconds)
+    entry[1] += value
+    entry[2].append(value)
+
+
+def metric_unit(name: str) -> str:
+    """``"seconds"``, ``"bytes"`` or ``"count"``: what metric ``name``'s samples hold."""
+    return _UNITS.get(name, "seconds")
 
 
 @contextmanager
@@ -124,8 +142,27 @@ def clear_all() -> None:
     TRACED_OPS.clear()
     _COUNTERS.clear()
     _METRICS.clear()
+    _UNITS.clear()
     _RECOMPILES.clear()
     _COMPILES.clear()
+
+
+def _fmt_bytes(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f}B"
+    for unit in ("KB", "MB", "GB"):
+        n /= 1024
+        if n < 1024 or unit == "GB":
+            return f"{n:.2f}{unit}"
+
+
+def _fmt(name: str, value: float) -> str:
+    unit = _UNITS.get(name)
+    if unit == "bytes":
+        return _fmt_bytes(value)
+    if unit == "count":
+        return f"{value:g}"
+    return _fmt_seconds(value)
 
 
 def _fmt_seconds(s: float) -> str:
@@ -145,8 +182,8 @@ def metrics_report() -> str:
         median = ordered[len(ordered) // 2] if ordered else 0.0
         lines.append(f"Metric: {name}")
         lines.append(f"  TotalSamples: {count}")
-        lines.append(f"  Accumulator: {_fmt_seconds(total)}")
-        lines.append(f"  Median: {_fmt_seconds(median)} (over the last {len(ordered)})")
+        lines.append(f"  Accumulator: {_fmt(name, total)}")
+        lines.append(f"  Median: {_fmt(name, median)} (over the last {len(ordered)})")
     for name in counter_names():
         lines.append(f"Counter: {name}")
         lines.append(f"  Value: {_COUNTERS[name]}")

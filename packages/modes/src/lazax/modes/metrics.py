@@ -5,7 +5,11 @@
 ``short_metrics_report()``, ``clear_all()``. Names: ``CompileTime``, ``ExecuteTime``,
 ``EagerOpCompileTime``, ``EagerOpExecuteTime``, ``CachedCompile``, ``UncachedCompile``,
 ``TransferToDeviceTime``, ``TransferFromDeviceTime``, ``CacheEvictions``, and
-``aten::<op>`` for every op that ran through the CPU fallback.
+``aten::<op>`` for every op that ran through the CPU fallback; ``InboundData`` /
+``OutboundData`` (bytes per transfer), ``InputOutputAliasCount`` (donated inputs per
+compiled program), ``CreateCompileHandles`` / ``CreateDataHandles`` (executables and
+device buffers made), ``ScalarReads`` (host reads of one element: ``.item()``, ``if
+t:``). ``metric_unit(name)``: "seconds", "bytes" or "count".
 ``recompile_reports()``: why each recent recompile happened (a graph name or code
 location compiling a graph again), e.g. "input 0 shape changed from (8, 128) to
 (8, 96) at train.py:42 (in step)"; ``LAZAX_DEBUG_RECOMPILES=1`` prints them as they
@@ -22,6 +26,7 @@ from lazax.executor.metrics import (
     counter_value,
     metric_data,
     metric_names,
+    metric_unit,
     metrics_report,
     recompile_reports,
     short_metrics_report,
@@ -35,6 +40,7 @@ __all__ = [
     "counter_value",
     "metric_data",
     "metric_names",
+    "metric_unit",
     "metrics_report",
     "recompile_reports",
     "short_metrics_report",

@@ -16,6 +16,14 @@ how many times lazax traced the op (``lx.metrics.traced_op_counts``; ``t += 2`` 
 nothing, so its ops are not counted again. ``DynamoSyncInputExecuteTime`` is a counter
 in torch_xla (the dynamo bridge ran its inputs' pending IR first) and a timed metric in
 lazax: both are reported, the counter being the metric's count of samples.
+``TensorToData`` reports ``TransferToDeviceTime``'s samples (lazax converts and
+transfers in one timed step). ``InboundData`` / ``OutboundData`` (bytes of each
+transfer), ``InputOutputAliasCount`` (donated inputs per compiled program),
+``CreateCompileHandles`` and ``CreateDataHandles`` (executables and device buffers
+made) are lazax's own, under torch_xla's names. A host read of one element
+(``.item()``, ``if t:``) counts as ``aten::_local_scalar_dense``, a CPU fallback in
+torch_xla, where its users look for it. Batch norm counts as ``xla::native_batch_norm``,
+torch_xla's lowering of every ``_native_batch_norm_legit*`` op lazax traces.
 ``short_metrics_report(counter_names, metric_names)``: the full report's entries of
 those names (torch_xla's default lists where None) and the CPU-fallback counters.
 """
@@ -37,15 +45,36 @@ __all__ = [
     "short_metrics_report",
 ]
 
-metric_names = _metrics.metric_names
+# Ops torch_xla lowers (and counts) under another name than the one lazax traces.
+_TORCH_XLA_OP_NAMES = {
+    "_native_batch_norm_legit": "native_batch_norm",
+    "_native_batch_norm_legit_functional": "native_batch_norm",
+    "_native_batch_norm_legit_no_training": "native_batch_norm",
+}
 
 
 def _op_counters() -> dict[str, int]:
     """``xla::<op>`` -> times traced (a namespace other than aten's is kept: ``xla::ns::op``)."""
-    return {
-        "xla::" + name.removeprefix("aten::"): count
-        for name, count in _metrics.traced_op_counts().items()
-    }
+    counts: dict[str, int] = {}
+    for name, count in _metrics.traced_op_counts().items():
+        op = name.removeprefix("aten::")
+        key = "xla::" + _TORCH_XLA_OP_NAMES.get(op, op)
+        counts[key] = counts.get(key, 0) + count
+    return counts
+
+
+# A read of one element to the host (``.item()``, ``if t:``) is a CPU fallback of
+# ``_local_scalar_dense`` in torch_xla, where users look for it; lazax counts the same
+# reads as ``ScalarReads``.
+_SCALAR_READ = "aten::_local_scalar_dense"
+
+
+def _fallback_counters() -> dict[str, int]:
+    counts = {n: _metrics.counter_value(n) for n in _metrics.counter_names() if "::" in n}
+    reads = _metrics.counter_value("ScalarReads")
+    if reads:
+        counts[_SCALAR_READ] = counts.get(_SCALAR_READ, 0) + reads
+    return counts
 
 
 # Events torch_xla counts and lazax times: the counter is the metric's sample count.
@@ -62,7 +91,8 @@ def _event_counters() -> dict[str, int]:
 
 
 def counter_names() -> list[str]:
-    names = list(_metrics.counter_names()) + list(_op_counters()) + list(_event_counters())
+    names = [n for n in _metrics.counter_names() if "::" not in n]
+    names += list(_fallback_counters()) + list(_op_counters()) + list(_event_counters())
     return names + _counters.names()
 
 
@@ -74,16 +104,27 @@ def counter_value(name: str) -> int | None:
         return _op_counters().get(name)
     if name in _TIMED_EVENTS:
         return _event_counters().get(name)
+    if name == _SCALAR_READ:
+        return _fallback_counters().get(name)
     return _metrics.counter_value(name)
 
 
-# Timers whose names do not end in "Time" (lazax keeps every timer in seconds).
-_OTHER_TIMERS = ("RunCachedGraphInputData", "RunCachedGraphOutputData")
+# torch_xla times a CPU tensor's conversion to device data (``TensorToData``) around
+# its transfer (``TransferToDeviceTime``); lazax converts and transfers in one step,
+# timed once, which both names report.
+_SAME_SAMPLES = {"TensorToData": "TransferToDeviceTime"}
+
+
+def metric_names() -> list[str]:
+    names = _metrics.metric_names()
+    return sorted(names + [n for n, of in _SAME_SAMPLES.items() if of in names])
 
 
 def metric_data(name: str):
-    data = _metrics.metric_data(name)
-    if data is None or not (name.endswith("Time") or name in _OTHER_TIMERS):
+    """``(count, accumulator, samples)``: nanoseconds for a timer (lazax keeps seconds),
+    bytes or counts for the others."""
+    data = _metrics.metric_data(_SAME_SAMPLES.get(name, name))
+    if data is None or _metrics.metric_unit(_SAME_SAMPLES.get(name, name)) != "seconds":
         return data
     count, total, samples = data
     return count, total * 1e9, [s * 1e9 for s in samples]
@@ -91,12 +132,25 @@ def metric_data(name: str):
 
 def _own_counters() -> str:
     counts = {**_op_counters(), **_event_counters()}
+    if _SCALAR_READ in _fallback_counters():
+        counts[_SCALAR_READ] = _fallback_counters()[_SCALAR_READ]
     counts.update({n: _counters.value(n) for n in _counters.names()})
     return "".join(f"Counter: {n}\n  Value: {v}\n" for n, v in counts.items())
 
 
+def _same_samples(report: str) -> str:
+    """The report's entry of each metric in ``_SAME_SAMPLES``, under torch_xla's name."""
+    extra = []
+    for kind, name, text in _blocks(report):
+        for alias, of in _SAME_SAMPLES.items():
+            if kind == "Metric" and name == of:
+                extra.append(text.replace(f"Metric: {of}", f"Metric: {alias}", 1))
+    return "".join(extra)
+
+
 def metrics_report() -> str:
-    return _metrics.metrics_report() + _own_counters()
+    report = _metrics.metrics_report()
+    return report + _same_samples(report) + _own_counters()
 
 
 # torch_xla's default short report: its step-level times and counters.
@@ -156,5 +210,6 @@ def clear_metrics() -> None:
 
 def executed_fallback_ops() -> list[str]:
     """The ops that ran through the CPU fallback: their counters' names (``aten::<op>``,
-    or a custom op's qualified name such as ``mylib::op``)."""
-    return sorted(n for n in _metrics.counter_names() if "::" in n)
+    or a custom op's qualified name such as ``mylib::op``), and
+    ``aten::_local_scalar_dense`` once a value was read to the host as a number."""
+    return sorted(_fallback_counters())

@@ -3,7 +3,7 @@
 Contract: ``get_data_points_from_metrics_reports(reports)``: for a list of
 ``met.metrics_report()`` texts, a dict ``"<Name>__<field>" -> [value per report]`` with
 each metric's ``TotalSamples`` and ``Accumulator`` and each counter's ``Value``
-(times in seconds, sizes as printed); a report that lacks a name contributes no value.
+(times in seconds, sizes in megabytes as torch_xla's, counts as printed); a report that lacks a name contributes no value.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ __all__ = ["get_data_points_from_metrics_reports"]
 _HEAD = re.compile(r"^(Metric|Counter): (\S+)\s*$")
 _FIELD = re.compile(r"^\s+(TotalSamples|Accumulator|Value): (\S+)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# The report prints sizes in powers of 1024 (InboundData: "1.50KB").
+_UNITS.update({"B": 1 / 1024**2, "KB": 1 / 1024, "MB": 1.0, "GB": 1024.0})
 
 
 def _number(text: str) -> float:
-    match = re.fullmatch(r"([-+0-9.eE]+)(ns|us|ms|s)?", text)
+    match = re.fullmatch(r"([-+0-9.eE]+)(ns|us|ms|s|B|KB|MB|GB)?", text)
     if match is None:
         raise ValueError(f"not a number in a metrics report: {text!r}")
     return float(match.group(1)) * _UNITS.get(match.group(2) or "s", 1.0)

@@ -240,6 +240,8 @@ class CompileStage:
             )
         seconds = perf_counter() - start
         metrics.record_compile(name or "unnamed", seconds)
+        metrics.bump("CreateCompileHandles")
+        metrics.record("InputOutputAliasCount", len(donate), unit="count")
         # The device-side checks the trace found (``lower``): one more output.
         entry.annotations = Program(list(fn.checks) or None, packing, fn.positions)
         self.cache.put(key, entry)

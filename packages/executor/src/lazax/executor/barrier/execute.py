@@ -4,13 +4,13 @@ Contract of ``execute(runtime, entry, values, ...)``: arrange the parameters' va
 the program's arguments (``arguments``) and run the executable asynchronously
 (the outputs are futures), timed as ``timer``; return the outputs in the graph's root
 order (a program compiled with ``lower(graph, order)`` returns them in ``order``:
-``entry.annotations.positions``), any device-side check flags last; count the donated buffers
-(``DonatedBuffers``); turn the runtime's out-of-memory error into
-``torch.OutOfMemoryError`` naming ``what`` and, where the caller has it, the graph's
-inputs (``oom``). The dispatch is a profiler span ``lazax::execute <program name>``.
-Nothing here touches a tensor or reads the program's device-side checks (its last
-output, when ``entry.annotations.checks``): the barrier and the replay queue those and
-hand the results back themselves.
+``entry.annotations.positions``), any device-side check flags last; count the output
+buffers (``CreateDataHandles``) and the donated ones (``DonatedBuffers``); turn the
+runtime's out-of-memory error into ``torch.OutOfMemoryError`` naming ``what`` and,
+where the caller has it, the graph's inputs (``oom``). The dispatch is a profiler span
+``lazax::execute <program name>``. Nothing here touches a tensor or reads the program's
+device-side checks (its last output, when ``entry.annotations.checks``): the barrier
+and the replay queue those and hand the results back themselves.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def execute(
         inputs = None if graph is None else [graph.parameters[i] for i in packing.singles]
         raise out_of_memory(err, what() if what else "a graph", graph, runtime, inputs) from err
     metrics.record(timer, perf_counter() - start)
+    metrics.bump("CreateDataHandles", len(outputs))
     if donated:
         metrics.bump("DonatedBuffers", donated)
     positions = entry.annotations.positions

@@ -22,6 +22,7 @@ import torch
 
 from lazax import ir
 
+from .. import metrics
 from ..barrier.executor import EXECUTOR
 from ..ops.pseudo import copy_to
 from ..state.dtypes import dtype_name
@@ -136,6 +137,7 @@ def _to_copy(args, kwargs):
 
 
 def _local_scalar_dense(args, kwargs):
+    metrics.bump("ScalarReads")
     return to_cpu(args[0]).item()
 
 

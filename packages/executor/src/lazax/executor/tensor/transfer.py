@@ -61,11 +61,14 @@ def from_cpu(t: torch.Tensor, device_index: int = 0) -> ir.Value:
     runtime = EXECUTOR.runtime
     with metrics.timed("TransferToDeviceTime"):
         try:
-            buf = runtime.to_device(to_numpy(t), runtime.devices[device_index])
+            host = to_numpy(t)
+            buf = runtime.to_device(host, runtime.devices[device_index])
         except pjrt.DeviceOutOfMemory as err:
             shape = f"{dtype_name(t.dtype)}{list(t.shape)}"
             what = f"a transfer of {shape} to the device"
             raise out_of_memory(err, what, None, runtime) from err
+    metrics.record("InboundData", host.nbytes, unit="bytes")
+    metrics.bump("CreateDataHandles")
     return ir.device_data(ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype)), buf)
 
 
@@ -136,6 +139,7 @@ def host_tensor(buffer, dtype: torch.dtype, shape, read=None) -> torch.Tensor:
                 f"with lazax.modes.distributed.local_part(t), or replicate it first "
                 f"(lx.mark_sharding(t, mesh, (None,) * t.dim()), then read it)."
             ) from None
+    metrics.record("OutboundData", array.nbytes, unit="bytes")
     carrier = _VIEW_AS.get(dtype)
     if carrier is not None:
         array = array.view(np.dtype(str(carrier).replace("torch.", "")))
