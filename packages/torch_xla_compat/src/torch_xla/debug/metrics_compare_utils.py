@@ -3,7 +3,8 @@
 Contract: ``get_data_points_from_metrics_reports(reports)``: for a list of
 ``met.metrics_report()`` texts, a dict ``"<Name>__<field>" -> [value per report]`` with
 each metric's ``TotalSamples`` and ``Accumulator`` and each counter's ``Value``
-(times in seconds, sizes in megabytes as torch_xla's, counts as printed); a report that lacks a name contributes no value.
+(times in seconds, sizes in megabytes as torch_xla's, counts as printed); a report
+that lacks a name contributes no value.
 """
 
 from __future__ import annotations

@@ -67,18 +67,23 @@ class RunOnCpu(Exception):
     """Raised by an argument check: this call runs through the CPU fallback."""
 
 
-def argument_check(*ops: Any):
-    """Register the decorated function as the argument check of ``ops``."""
+def _registrar(table: dict, what: str, ops: tuple):
+    """A decorator that files its function in ``table`` under each of ``ops``' names."""
 
-    def register(fn: Callable[..., None]) -> Callable[..., None]:
+    def register(fn: Callable) -> Callable:
         for op in ops:
             name = op if isinstance(op, str) else op.name()
-            if name in _CHECKS:
-                raise RuntimeError(f"aten op {name} already has an argument check")
-            _CHECKS[name] = fn
+            if name in table:
+                raise RuntimeError(f"op {name} already has {what}")
+            table[name] = fn
         return fn
 
     return register
+
+
+def argument_check(*ops: Any):
+    """Register the decorated function as the argument check of ``ops``."""
+    return _registrar(_CHECKS, "an argument check", ops)
 
 
 def argument_check_for(name: str) -> Callable[..., None] | None:
@@ -89,16 +94,7 @@ def argument_check_for(name: str) -> Callable[..., None] | None:
 def output_specs(*ops: Any):
     """Register the decorated function as the output specs of ``ops``, in place of
     their meta kernel."""
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in ops:
-            name = op if isinstance(op, str) else op.name()
-            if name in _SPECS:
-                raise RuntimeError(f"op {name} already has output specs")
-            _SPECS[name] = fn
-        return fn
-
-    return register
+    return _registrar(_SPECS, "output specs", ops)
 
 
 def output_specs_for(name: str) -> Callable[..., Any] | None:
@@ -108,16 +104,7 @@ def output_specs_for(name: str) -> Callable[..., Any] | None:
 
 def layout_arguments(*ops: Any):
     """Register the decorated function as the layout arguments of ``ops``."""
-
-    def register(fn: Callable[..., dict]) -> Callable[..., dict]:
-        for op in ops:
-            name = op if isinstance(op, str) else op.name()
-            if name in _LAYOUTS:
-                raise RuntimeError(f"aten op {name} already has layout arguments")
-            _LAYOUTS[name] = fn
-        return fn
-
-    return register
+    return _registrar(_LAYOUTS, "layout arguments", ops)
 
 
 def layout_arguments_for(name: str) -> Callable[..., dict] | None:
