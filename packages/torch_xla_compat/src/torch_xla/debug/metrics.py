@@ -123,8 +123,9 @@ def metric_names() -> list[str]:
 def metric_data(name: str):
     """``(count, accumulator, samples)``: nanoseconds for a timer (lazax keeps seconds),
     bytes or counts for the others."""
-    data = _metrics.metric_data(_SAME_SAMPLES.get(name, name))
-    if data is None or _metrics.metric_unit(_SAME_SAMPLES.get(name, name)) != "seconds":
+    name = _SAME_SAMPLES.get(name, name)
+    data = _metrics.metric_data(name)
+    if data is None or _metrics.metric_unit(name) != "seconds":
         return data
     count, total, samples = data
     return count, total * 1e9, [s * 1e9 for s in samples]
@@ -132,8 +133,9 @@ def metric_data(name: str):
 
 def _own_counters() -> str:
     counts = {**_op_counters(), **_event_counters()}
-    if _SCALAR_READ in _fallback_counters():
-        counts[_SCALAR_READ] = _fallback_counters()[_SCALAR_READ]
+    reads = _fallback_counters().get(_SCALAR_READ)
+    if reads is not None:  # lazax's own report lists the other fallbacks
+        counts[_SCALAR_READ] = reads
     counts.update({n: _counters.value(n) for n in _counters.names()})
     return "".join(f"Counter: {n}\n  Value: {v}\n" for n, v in counts.items())
 
