@@ -49,9 +49,9 @@ def test_metrics_count_bytes_buffers_aliases_and_scalar_reads():
     lx.sync()  # donated: the program's output takes x's buffer
     assert x.sum().item() == 6.0  # a compile, 8 bytes out, one scalar read
     m = lx.metrics
-    assert m.metric_data("InboundData")[:2] == (1, 48)
-    assert m.metric_unit("InboundData") == "bytes"
-    assert m.metric_data("OutboundData")[:2] == (1, 8)
+    assert m.metric_data("OutboundData")[:2] == (1, 48)  # to the device
+    assert m.metric_unit("OutboundData") == "bytes"
+    assert m.metric_data("InboundData")[:2] == (1, 8)  # back to the host
     assert m.metric_data("InputOutputAliasCount")[:2] == (2, 1)  # x += 1 donates x; sum none
     assert m.metric_unit("InputOutputAliasCount") == "count"
     assert m.metric_unit("ExecuteTime") == "seconds"

@@ -96,3 +96,27 @@ def test_fail_next_raises_once():
     assert rt.to_host(out)[0] == 1
     with pytest.raises(ValueError, match="stage must be one of"):
         rt.fail_next("teleport")
+
+
+def test_an_uneven_split_is_held_padded():
+    rt = pjrt.runtime()
+    if len(rt.devices) < 8:
+        pytest.skip("needs 8 devices (the root conftest.py gives the CPU 8)")
+    mesh = rt.mesh(range(8), (2, 4), ("a", "b"))
+    split = rt.named_sharding(mesh, ("b", ("a",)))
+    assert pjrt.padded_shape((10, 3), split) == (12, 4)  # 10 over 4, 3 over 2
+    assert pjrt.padded_shape((8, 2), split) == (8, 2)
+    assert pjrt.padded_shape((5,), rt.single_device()) == (5,)
+    value = np.arange(30, dtype=np.float32).reshape(10, 3)
+    held = rt.place(value, split, value.shape)  # host data: padded on the host
+    assert held.shape == (12, 4) and {s.data.shape for s in held.addressable_shards} == {(3, 2)}
+    np.testing.assert_array_equal(np.asarray(pjrt.trim(held, (10, 3))), value)
+    assert not np.asarray(held)[10:].any() and not np.asarray(held)[:, 3:].any()  # zeros
+    # re-laid out from a padded buffer: the value, padded anew for the new split
+    rows = rt.place(held, rt.named_sharding(mesh, (None, "a")), (10, 3))
+    assert rows.shape == (10, 4)
+    np.testing.assert_array_equal(np.asarray(pjrt.trim(rows, (10, 3))), value)
+    single = rt.place(rows, rt.single_device(), (10, 3))
+    assert single.shape == (10, 3)
+    np.testing.assert_array_equal(np.asarray(single), value)
+    assert pjrt.padded(np.ones((3, 3)), split).shape == (4, 4)

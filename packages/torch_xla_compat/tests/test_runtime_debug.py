@@ -110,7 +110,7 @@ def test_transfers_report_their_bytes_and_tensor_to_data_its_time():
     assert (count, total_ns) == met.metric_data("TransferToDeviceTime")[:2]
     assert "TensorToData" in met.metric_names()
     report = met.metrics_report()
-    assert "Metric: InboundData\n  TotalSamples: 1\n  Accumulator: 128B" in report
+    assert "Metric: OutboundData\n  TotalSamples: 1\n  Accumulator: 128B" in report
     assert "Metric: TensorToData" in report
     assert met.counter_value("CreateCompileHandles") == 1  # the add
     assert met.counter_value("CreateDataHandles") == 2  # the upload, the add's result

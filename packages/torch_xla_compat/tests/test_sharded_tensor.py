@@ -105,6 +105,54 @@ def test_load_local_shards_writes_pieces_back_and_keeps_the_sharding():
 
 
 @needs_8
+def test_uneven_shards_are_zero_padded_and_load_back():
+    # 10 rows over 4 devices: pieces of 3, the last one 1 row of value and 2 of zeros
+    value = torch.arange(30.0).reshape(10, 3)
+    st = xs.mark_sharding(value.to(torch_xla.device()), _mesh(), ("b", None))
+    shards = st.local_shards
+    for s in shards:
+        row = int(s.global_ordinal) % 4
+        start, stop = min(3 * row, 10), min(3 * row + 3, 10)
+        assert s.data.shape == (3, 3)
+        assert s.indices == [slice(start, stop, 1), slice(0, 3, 1)]
+        torch.testing.assert_close(s.unpadded_data, value[start:stop])
+        torch.testing.assert_close(s.data[stop - start :], torch.zeros(3 - (stop - start), 3))
+    for s in shards:
+        s.data += 1
+    st.load_local_shards_(shards)
+    torch.testing.assert_close(st.cpu(), value + 1)
+    assert st.sharding_spec == "{devices=[4,1,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
+
+
+@needs_8
+def test_a_global_tensor_from_cpu_shards():
+    mesh = _mesh((8,), ("x",))
+    tiled = mesh.get_op_sharding(("x",))
+    shards = [torch.arange(3) + 3 * i for i in range(8)]
+    t = xlac._global_tensor_from_cpu_shards(shards, tiled)
+    torch.testing.assert_close(t.cpu(), torch.arange(24))
+    assert xlac._get_xla_sharding_spec(t) == "{devices=[8]0,1,2,3,4,5,6,7}"
+    # A shorter global shape: the high end of the shards is padding
+    t = xlac._global_tensor_from_cpu_shards(shards, tiled, torch.Size((22,)))
+    torch.testing.assert_close(t.cpu(), torch.arange(22))
+    for shape in ((16,), (25,), (3, 8)):  # more padding than a split makes, or no fit
+        with pytest.raises(RuntimeError, match="do not make|dimensions"):
+            xlac._global_tensor_from_cpu_shards(shards, tiled, torch.Size(shape))
+    with pytest.raises(RuntimeError, match="one CPU shard per device"):
+        xlac._global_tensor_from_cpu_shards(shards[:-1], tiled)
+    # Replicated over a 2-D mesh: any rank; each device gives the whole value
+    grid = _mesh((4, 2), ("a", "b"))
+    t = xlac._global_tensor_from_cpu_shards(
+        [torch.ones(2, 5)] * 8, grid.get_op_sharding((None, None))
+    )
+    torch.testing.assert_close(t.cpu(), torch.ones(2, 5))
+    # Partly replicated: devices 0, 2, 4, 6 hold column 0, the others column 1
+    shards = [torch.tensor([[i % 2]]) for i in range(8)]
+    t = xlac._global_tensor_from_cpu_shards(shards, grid.get_op_sharding((None, "b")))
+    torch.testing.assert_close(t.cpu(), torch.tensor([[0, 1]]))
+
+
+@needs_8
 def test_ops_run_on_the_global_tensor_and_device_results_stay_wrapped():
     value = torch.randn(8, 16)
     lin = torch.nn.Linear(16, 4).to(torch_xla.device())

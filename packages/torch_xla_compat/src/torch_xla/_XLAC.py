@@ -18,6 +18,9 @@ Contract:
   axes are left out of the spec; ``_get_xla_sharding_type(t)``: XLA's
   ``OpSharding.Type`` number of it (``xs.ShardingType``), None unsharded. Both take an
   ``XLAShardedTensor`` too.
+- ``OpSharding`` (``Mesh.get_op_sharding``) and ``_global_tensor_from_cpu_shards(shards,
+  op_sharding, global_shape=None)``: a sharded tensor from one CPU shard per device
+  (``_cpu_shards``).
 - ``_get_xla_tensor_debug_info(t)``: torch_xla's text about a tensor, from what lazax
   knows of it: its device, shape (``f32[5,3]``), sharding, and either ``IR: pending``
   with ``XLAData: None`` (its value is IR the next sync runs) or ``IR: None`` and the
@@ -36,10 +39,14 @@ import torch
 import lazax.modes as lx
 
 from . import _api, _counters
+from ._cpu_shards import OpSharding
+from ._cpu_shards import global_tensor_from_cpu_shards as _global_tensor_from_cpu_shards
 from ._sharded import sharding_type, spec_text, unwrap
 
 __all__ = [
+    "OpSharding",
     "_get_xla_sharding_spec",
+    "_global_tensor_from_cpu_shards",
     "_get_xla_sharding_type",
     "_get_xla_tensor_debug_info",
     "_init_computation_client",

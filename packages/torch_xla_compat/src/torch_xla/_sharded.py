@@ -15,7 +15,8 @@ Contract:
   of ``slice(start, stop, 1)``, one per dimension, or ``...`` when every device holds the
   whole value), ``replica_id`` (which copy of that piece, counted over the devices that
   hold it), ``shard_device`` (``"xla:<id>"``, the mesh's device id), ``unpadded_data``
-  (``data``: lazax splits only dimensions that divide, so nothing is padded).
+  (``data`` without its padding: a dimension that does not divide over its devices is
+  held zero-padded, as torch_xla pads it, and ``indices`` cover the value's part only).
 - ``.load_local_shards_(shards)``: writes those pieces back into ``t`` in place (the
   values stay on their devices, the sharding is kept); ``RuntimeError`` for a replicated
   or unsharded ``t``, a list that is not one shard per local device, or a shard of the
@@ -118,8 +119,6 @@ class XLAShard:
 
     @property
     def unpadded_data(self) -> torch.Tensor:
-        # lazax never pads (uneven splits are refused), so a piece is all value; the
-        # slice keeps the contract if a shard's data was replaced by a larger one.
         if self.indices is Ellipsis:
             return self.data
         return self.data[tuple(slice(0, s.stop - s.start) for s in self.indices)]
@@ -130,24 +129,14 @@ class XLAShard:
 
 
 def _pieces(t):
-    """The jax array of ``t``'s value, its ``lx.Sharding`` (None on one device), and its
-    addressable shards with each one's device id (the mesh's), in device-id order."""
-    sharding = lx.get_sharding(t)
-    array = lx.to_jax(t)
-    if sharding is None:
-        return array, None, [(t.device.index or 0, s) for s in array.addressable_shards]
-    mesh = sharding.mesh
-    ids = dict(zip(mesh.jax_mesh.devices.reshape(-1).tolist(), mesh.device_ids))
-    pieces = sorted(((ids[s.device], s) for s in array.addressable_shards), key=lambda p: p[0])
-    return array, sharding, pieces
+    """``t``'s pieces (``lx.shards``) and its ``lx.Sharding`` (None on one device)."""
+    return lx.shards(t), lx.get_sharding(t)
 
 
 def _indices(index, shape):
-    if all(s == slice(None) for s in index):
+    if all(s.start == 0 and s.stop == n for s, n in zip(index, shape)):
         return Ellipsis
-    return [
-        slice(s.start or 0, dim if s.stop is None else s.stop, 1) for s, dim in zip(index, shape)
-    ]
+    return list(index)
 
 
 def _host(t: torch.Tensor):
@@ -191,18 +180,19 @@ class XLAShardedTensor(torch.Tensor):
 
     @property
     def local_shards(self) -> list[XLAShard]:
-        array, _, pieces = _pieces(self.global_tensor)
+        pieces, _ = _pieces(self.global_tensor)
+        shape = tuple(self.global_tensor.shape)
         out = []
-        for device_id, shard in pieces:
+        for piece in pieces:
             # from_jax shares the device buffer; .cpu() copies it to a tensor of its own.
-            data = lx.from_jax(shard.data).cpu()
-            index = _indices(shard.index, array.shape)
-            out.append(XLAShard(data, index, f"xla:{device_id}", int(shard.replica_id)))
+            data = lx.from_jax(piece.data).cpu()
+            index = _indices(piece.index, shape)
+            out.append(XLAShard(data, index, f"xla:{piece.device}", piece.replica_id))
         return out
 
     def load_local_shards_(self, shards) -> None:
         t = self.global_tensor
-        array, sharding, pieces = _pieces(t)
+        pieces, sharding = _pieces(t)
         kind = sharding_type(t)
         if sharding is None or kind == ShardingType.REPLICATED:
             raise RuntimeError(
@@ -215,17 +205,23 @@ class XLAShardedTensor(torch.Tensor):
                 f"{len(pieces)} devices each hold one"
             )
         arrays = []
-        for shard, (device_id, piece) in zip(shards, pieces):
+        for shard, piece in zip(shards, pieces):
             if tuple(shard.data.shape) != tuple(piece.data.shape):
                 raise RuntimeError(
-                    f"load_local_shards_: the shard for device {device_id} has shape "
+                    f"load_local_shards_: the shard for device {piece.device} has shape "
                     f"{tuple(shard.data.shape)}, but that device holds "
                     f"{tuple(piece.data.shape)}"
                 )
-            arrays.append(jax.device_put(_host(shard.data), piece.device))
-        whole = jax.make_array_from_single_device_arrays(array.shape, array.sharding, arrays)
+            arrays.append(jax.device_put(_host(shard.data), piece.data.device))
+        # The pieces as held: a value split unevenly is held padded, the padding cut off.
+        tiles = _layout(t)[1]
+        shape = tuple(n * size for n, size in zip(tiles, pieces[0].data.shape))
+        layout = jax.sharding.NamedSharding(
+            sharding.mesh.jax_mesh, jax.sharding.PartitionSpec(*sharding.partition_spec)
+        )
+        whole = jax.make_array_from_single_device_arrays(shape, layout, arrays)
         with torch.no_grad():
-            t.copy_(lx.from_jax(whole))
+            t.copy_(lx.from_jax(whole)[tuple(slice(0, n) for n in t.shape)])
         # copy_ leaves t pending; keep the layout it had rather than XLA's choice.
         lx.mark_sharding(t, sharding.mesh, sharding.partition_spec)
 

@@ -49,11 +49,13 @@ from .distributed.sharded_checkpoint import load as load_sharded  # noqa: E402
 from .distributed.sharded_checkpoint import save as save_sharded  # noqa: E402
 from .distributed.sharding import (  # noqa: E402
     Mesh,
+    Shard,
     Sharding,
     clear_sharding,
     get_sharding,
     mark_sharding,
     shard_shapes,
+    shards,
 )
 from .hooks.aliasing import install as _install_aliasing  # noqa: E402
 from .hooks.autocast import install as _install_autocast  # noqa: E402
@@ -181,7 +183,9 @@ __all__ = [
     "save_sharded",
     "registered_ops",
     "replay_signature",
+    "Shard",
     "shard_shapes",
+    "shards",
     "storage_of",
     "holds_device_data",
     "sharded_placement",

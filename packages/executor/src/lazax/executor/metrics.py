@@ -7,12 +7,15 @@ of an unknown name is None (as torch_xla); ``metric_data(name)`` is
 recent recompile happened; ``compiles_by_name()`` counts and times the compiles of each
 program name (``metrics_report`` lists them, most compiled first).
 Metrics are seconds unless recorded with another unit (``record(name, n, unit=)``):
-``InboundData`` / ``OutboundData`` are the bytes of each transfer to / from the device,
+``OutboundData`` / ``InboundData`` are the bytes of each transfer to / from the device
+(torch_xla's names, said from the host's side),
 ``InputOutputAliasCount`` the donated inputs of each compiled program (outputs that
 reuse an input's buffer). Counters beside the compile and execute ones:
 ``CreateCompileHandles`` (executables compiled), ``CreateDataHandles`` (device buffers
 made by transfers and executions), ``ScalarReads`` (``.item()``, ``bool(t)`` and other
-reads of one element to the host: each a sync). These carry torch_xla's names for the
+reads of one element to the host: each a sync), ``CreateOpSharding`` (distinct
+layouts given to ``mark_sharding``); ``ExecuteReplicatedTime`` times the runs of
+programs over a mesh (SPMD) a second time. These carry torch_xla's names for the
 same facts, as ``CompileTime`` and ``TransferToDeviceTime`` do.
 ``traced_op_counts()``: how many times each op (``aten::add``, an in-place op under its
 functional name, no overload) was traced onto a lazax tensor, eager ops included; ops

@@ -21,6 +21,7 @@ from lazax import executor as _executor
 from lazax.executor import (
     GraphLimitExceeded,
     Mesh,
+    Shard,
     Sharding,
     TracedOp,
     call_jax,
@@ -32,6 +33,7 @@ from lazax.executor import (
     register_lowering,
     scan_layers,
     shard_shapes,
+    shards,
     to_jax,
 )
 
@@ -82,7 +84,9 @@ __all__ = [
     "reset_peak_memory_stats",
     "scan_layers",
     "set_persistent_cache_dir",
+    "Shard",
     "shard_shapes",
+    "shards",
     "sync",
     "sync_tensors",
     "to_jax",

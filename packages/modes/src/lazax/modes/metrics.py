@@ -5,11 +5,11 @@
 ``short_metrics_report()``, ``clear_all()``. Names: ``CompileTime``, ``ExecuteTime``,
 ``EagerOpCompileTime``, ``EagerOpExecuteTime``, ``CachedCompile``, ``UncachedCompile``,
 ``TransferToDeviceTime``, ``TransferFromDeviceTime``, ``CacheEvictions``, and
-``aten::<op>`` for every op that ran through the CPU fallback; ``InboundData`` /
-``OutboundData`` (bytes per transfer), ``InputOutputAliasCount`` (donated inputs per
-compiled program), ``CreateCompileHandles`` / ``CreateDataHandles`` (executables and
-device buffers made), ``ScalarReads`` (host reads of one element: ``.item()``, ``if
-t:``). ``metric_unit(name)``: "seconds", "bytes" or "count".
+``aten::<op>`` for every op that ran through the CPU fallback; ``OutboundData`` /
+``InboundData`` (bytes per transfer to / from the device), ``InputOutputAliasCount``
+(donated inputs per compiled program), ``CreateCompileHandles`` /
+``CreateDataHandles`` (executables and device buffers made), ``ScalarReads`` (host
+reads of one element: ``.item()``, ``if t:``). ``metric_unit(name)``: "seconds", "bytes" or "count".
 ``recompile_reports()``: why each recent recompile happened (a graph name or code
 location compiling a graph again), e.g. "input 0 shape changed from (8, 128) to
 (8, 96) at train.py:42 (in step)"; ``LAZAX_DEBUG_RECOMPILES=1`` prints them as they

@@ -12,6 +12,7 @@ import warnings
 
 from ._interface import Runtime
 from ._null import NullProgram, NullRuntime
+from ._padding import padded, padded_shape, trim
 from ._per_process import PROCESS_AXIS, processes_mesh
 from ._platform import PLATFORMS, PlatformUnavailableError, platform_from_env
 from ._processes import (
@@ -60,12 +61,15 @@ __all__ = [
     "is_out_of_memory",
     "local_part",
     "numpy_dtype",
+    "padded",
+    "padded_shape",
     "platform_from_env",
     "processes_mesh",
     "runtime",
     "runtime_started",
     "set_runtime",
     "spans_processes",
+    "trim",
 ]
 
 _RUNTIME: PjrtRuntime | None = None

@@ -25,10 +25,12 @@ Contract (the narrow interface; a second implementation must stay possible):
   among each process's devices; it takes and returns this process's buffers as any
   program does, and every process must run it at the same point.
 - ``mesh(device_ids, shape, axis_names)`` (ids index ``global_devices``),
-  ``named_sharding(mesh, spec)``, ``place(buffer, sharding)`` (a device buffer re-laid
-  out, asynchronously; onto a sharding that spans processes, each process builds its
-  pieces from its own copy), and ``shard_shapes(buffer)`` (global device index -> the
-  shape of the piece that device holds).
+  ``named_sharding(mesh, spec)``, ``place(buffer, sharding, shape=None)`` (a device
+  buffer re-laid out, asynchronously; onto a sharding that spans processes, each
+  process builds its pieces from its own copy; given the value's ``shape``, the buffer
+  may hold it padded and the result is padded as ``sharding`` needs, ``_padding``; a
+  numpy array goes to the devices directly), and ``shard_shapes(buffer)`` (global
+  device index -> the shape of the piece that device holds).
 - Several processes (``_processes.JobMethods``): ``global_array``, ``from_callback``,
   ``local_part``. Under a job of several processes, every wait watches
   the others and raises ``ProcessLostError`` when one is gone.
@@ -74,6 +76,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 
 from ._executable import DeviceOutOfMemory, Executable, is_out_of_memory, numpy_dtype
 from ._memory import MemoryTracker
+from ._padding import padded, padded_shape, trim
 from ._per_process import per_process as per_process_program
 from ._per_process import processes_mesh, replicated, to_global, to_local
 from ._platform import jax_devices, platform_from_env
@@ -267,8 +270,17 @@ class PjrtRuntime(JobMethods):
     def named_sharding(self, mesh: Mesh, spec: Sequence[Any]) -> NamedSharding:
         return NamedSharding(mesh, PartitionSpec(*spec))
 
-    def place(self, buffer: Any, sharding: Any) -> jax.Array:
+    def place(self, buffer: Any, sharding: Any, shape=None) -> jax.Array:
         self._check_fault("to_device")
+        if shape is not None:  # the value's shape: ``buffer`` may hold it padded
+            target = padded_shape(shape, sharding)
+            if tuple(buffer.shape) != target:
+                if self.process_count > 1 and spans_processes(sharding):
+                    raise ValueError(
+                        f"a {tuple(shape)} value cannot be split unevenly over several "
+                        f"processes' devices ({sharding}); split dimensions that divide"
+                    )
+                buffer = padded(trim(buffer, shape), sharding)
         if self.process_count > 1 and spans_processes(sharding):
             if getattr(buffer, "sharding", None) is None or (
                 buffer.sharding.device_set != sharding.device_set

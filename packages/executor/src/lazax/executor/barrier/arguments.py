@@ -11,8 +11,11 @@ serves every run of a cached program.
   or more (dtype names sorted) holding that dtype's numbers in parameter order. Without
   such a dtype it returns ``values`` itself.
 - ``unpack(args)``: inside the traced program, one value per parameter again (a pack's
-  element ``k`` is ``pack[k]``, a static slice).
-- ``arg_specs``: the arguments' ``(shape, dtype name)``; ``donated(indices)`` and
+  element ``k`` is ``pack[k]``, a static slice; a device buffer that holds its value
+  padded, split unevenly over a mesh (``lazax.pjrt.padded_shape``), is sliced back to
+  the parameter's shape).
+- ``arg_specs``: the arguments' ``(shape, dtype name)`` (a padded buffer's own shape:
+  the input shardings in the cache key fix the padding); ``donated(indices)`` and
   ``shardings(per_parameter)``: parameter positions and shardings as argument ones.
 Why: a number's value must stay out of the program (a changed learning rate must not
 recompile), but XLA compiles a program with thousands of parameters slowly (a chain of
@@ -27,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from lazax import ir
-from lazax.pjrt import numpy_dtype
+from lazax.pjrt import numpy_dtype, trim
 
 __all__ = ["PACK_FROM", "Packing"]
 
@@ -41,7 +44,7 @@ PACK_FROM = 2
 class Packing:
     """Where each parameter of a graph travels (see the module docstring)."""
 
-    __slots__ = ("singles", "packs", "places", "arg_specs")
+    __slots__ = ("singles", "packs", "places", "arg_specs", "trims")
 
     def __init__(self, parameters) -> None:
         by_dtype: dict[str, list[int]] = {}
@@ -65,7 +68,17 @@ class Packing:
             for e, i in enumerate(slots):
                 places[i] = (len(singles) + k, e)
         self.places = places
-        specs = [(parameters[i].specs[0].shape, parameters[i].specs[0].dtype) for i in singles]
+        specs = []
+        self.trims: list[tuple[int, tuple]] = []  # (parameter, its shape): held padded
+        for i in singles:
+            p = parameters[i]
+            shape = p.specs[0].shape
+            held = shape
+            if p.op == ir.DEVICE_DATA:
+                held = tuple(getattr(p.data, "shape", shape))
+                if held != shape:
+                    self.trims.append((i, shape))
+            specs.append((held, p.specs[0].dtype))
         for d in sorted(by_dtype):
             specs.append(((len(by_dtype[d]),), d))
         self.arg_specs = specs
@@ -80,8 +93,12 @@ class Packing:
 
     def unpack(self, args) -> list:
         if not self.packs:
-            return list(args)
-        return [args[a] if e is None else args[a][e] for a, e in self.places]
+            values = list(args)
+        else:
+            values = [args[a] if e is None else args[a][e] for a, e in self.places]
+        for i, shape in self.trims:
+            values[i] = trim(values[i], shape)
+        return values
 
     def donated(self, indices) -> tuple[int, ...]:
         """Donated parameter positions as argument positions (only device data is

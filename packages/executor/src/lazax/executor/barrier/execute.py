@@ -2,7 +2,8 @@
 
 Contract of ``execute(runtime, entry, values, ...)``: arrange the parameters' values as
 the program's arguments (``arguments``) and run the executable asynchronously
-(the outputs are futures), timed as ``timer``; return the outputs in the graph's root
+(the outputs are futures), timed as ``timer`` (and as ``ExecuteReplicatedTime`` for
+an ``spmd`` program, over a mesh); return the outputs in the graph's root
 order (a program compiled with ``lower(graph, order)`` returns them in ``order``:
 ``entry.annotations.positions``), any device-side check flags last; count the output
 buffers (``CreateDataHandles``) and the donated ones (``DonatedBuffers``); turn the
@@ -35,6 +36,7 @@ def execute(
     donated: int = 0,
     what=None,
     graph: ir.Graph | None = None,
+    spmd: bool = False,
 ) -> list:
     """The output buffers of one execution. ``values``: the graph's parameters' values, in
     its parameter order (packed here as the program takes them); ``what``: a callable
@@ -50,7 +52,10 @@ def execute(
         # The sizes the runtime reports are per argument: name the parameters behind them.
         inputs = None if graph is None else [graph.parameters[i] for i in packing.singles]
         raise out_of_memory(err, what() if what else "a graph", graph, runtime, inputs) from err
-    metrics.record(timer, perf_counter() - start)
+    elapsed = perf_counter() - start
+    metrics.record(timer, elapsed)
+    if spmd:  # a program over a mesh: also torch_xla's name for such a run
+        metrics.record("ExecuteReplicatedTime", elapsed)
     metrics.bump("CreateDataHandles", len(outputs))
     if donated:
         metrics.bump("DonatedBuffers", donated)

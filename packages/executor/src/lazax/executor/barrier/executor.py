@@ -52,7 +52,7 @@ from .donation import DonationPolicy, agreed, output_order
 from .execute import execute
 from .keys import GraphFacts
 from .lower import lower
-from .placement import place_arguments, placement
+from .placement import kept_layouts, place_arguments, placement
 
 __all__ = ["EXECUTOR", "GraphExecutor"]
 
@@ -331,7 +331,11 @@ class GraphExecutor:
                 try:
                     entry = compiler.compile(
                         key,
-                        lambda: lower(graph, output_order(graph, donate, targets)),
+                        lambda: lower(
+                            graph,
+                            output_order(graph, donate, targets),
+                            kept_layouts(graph, targets),
+                        ),
                         timer="EagerOpCompileTime" if eager else "CompileTime",
                         arg_shardings=placed[1] if placed is not None else None,
                         donate=donate,
@@ -369,6 +373,7 @@ class GraphExecutor:
                 donated=len(donate),
                 what=self._describe_for_oom,
                 graph=graph,
+                spmd=placed is not None,
             )
             results = [ir.device_data(r.spec, buf) for r, buf in zip(roots, outputs)]
             checks = entry.annotations.checks

@@ -7,7 +7,10 @@ parameters as ``fn.packing`` (``arguments.Packing``) arranges them (device data 
 one, Python numbers packed in one array per dtype) and returns the roots' values, in
 order, or in ``order`` (root indices; ``donation.output_order``), and then
 ``fn.positions[k]`` is where root ``k`` is among the outputs (None: in order);
-``arg_specs`` are those arguments' ``(shape, dtype name)``. The function keeps
+``arg_specs`` are those arguments' ``(shape, dtype name)``. A root split unevenly over
+a mesh (a ``lazax::shard`` root, or a root given a sharding in ``layouts``, root index
+-> jax sharding) is returned padded (``lazax.pjrt.padded_shape``), constrained to that
+sharding: jax holds no uneven array, and the storage keeps its split. The function keeps
 no reference to IR nodes (a cached executable must not keep a graph alive): each node is
 turned into a small instruction (rule, attributes, operand slots) first.
 
@@ -33,11 +36,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.lax import with_sharding_constraint
 
 from lazax import ir
-from lazax.pjrt import numpy_dtype
+from lazax.pjrt import numpy_dtype, padded, padded_shape
 
 from ..ops import LoweringContext, get_lowering
+from ..ops.sharding import CONSTRAINTS, SHARD_OP
 from .arguments import Packing
 from .checks import CHECKS
 
@@ -124,7 +129,19 @@ def _read_outputs(graph: ir.Graph) -> dict[int, set[int]]:
     return read
 
 
-def lower(graph: ir.Graph, order: list[int] | None = None):
+def _padded_roots(graph: ir.Graph, layouts) -> dict[int, object]:
+    """Root index -> the sharding it is returned padded for (see the contract)."""
+    out = {}
+    for k, r in enumerate(graph.roots):
+        sharding = layouts.get(k) if layouts else None
+        if sharding is None and r.node.op == SHARD_OP:
+            sharding = CONSTRAINTS[r.node.attrs[0][1]]
+        if sharding is not None and padded_shape(r.spec.shape, sharding) != r.spec.shape:
+            out[k] = sharding
+    return out
+
+
+def lower(graph: ir.Graph, order: list[int] | None = None, layouts=None):
     slot_of: dict[int, int] = {}
     for i, p in enumerate(graph.parameters):
         slot_of[id(p)] = i
@@ -146,9 +163,13 @@ def lower(graph: ir.Graph, order: list[int] | None = None):
         slot_of[id(node)] = next_slot
         next_slot += 1
     roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
+    pads = _padded_roots(graph, layouts)
+    # Per output, the sharding it is padded for (None: returned as computed).
+    out_pads = [pads.get(k) for k in range(len(roots))]
     positions = None
     if order is not None:
         roots = [roots[k] for k in order]
+        out_pads = [out_pads[k] for k in order]
         positions = [0] * len(order)
         for position, k in enumerate(order):
             positions[k] = position
@@ -167,6 +188,11 @@ def lower(graph: ir.Graph, order: list[int] | None = None):
                 rows.append(jnp.stack([bad.astype(jnp.int64), value]))
                 fn.checks.append((position, error, message))
         outputs = tuple(env[s][i] for s, i in roots)
+        if pads:
+            outputs = tuple(
+                x if p is None else with_sharding_constraint(padded(x, p), p)
+                for x, p in zip(outputs, out_pads)
+            )
         return (*outputs, jnp.stack(rows)) if rows else outputs
 
     fn.checks = []

@@ -6,7 +6,11 @@ the cache key (a changed sharding compiles a new graph, the same one never does)
 shardings to compile with. An input that is not split is replicated over the mesh
 (``place_arguments`` moves it once: the storage then keeps the replicated buffer).
 ``signature(tensors)``: the input shardings of a replay's call (None until anything was
-sharded), checked on every call.
+sharded), checked on every call. ``kept_layouts(graph, targets)``: for ``lower``'s
+``layouts``, root -> the sharding of the input it replaces (the storage ``targets[k]``
+last held that input), for each input held padded (split unevenly): an update in place
+keeps its split, as XLA's propagation keeps an even one, where jax would hand back an
+uneven result replicated.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from __future__ import annotations
 from lazax import ir
 
 from ..ops.sharding import ACTIVE, CONSTRAINTS, SHARD_OP
+from ..state.storage import is_storage
 
-__all__ = ["place_arguments", "placement", "signature"]
+__all__ = ["kept_layouts", "place_arguments", "placement", "signature"]
 
 
 def placement(graph: ir.Graph, runtime):
@@ -76,3 +81,25 @@ def signature(tensors) -> tuple | None:
         s = getattr(data, "sharding", None)
         out.append(None if s is None or s.is_fully_replicated else s)
     return tuple(out)
+
+
+def kept_layouts(graph: ir.Graph, targets) -> dict[int, object] | None:
+    """Root -> sharding, for the roots that replace an input held padded (see the
+    contract). Which roots those are is not part of the cache key: a run under the
+    same key with other targets gets its outputs laid out as this compile chose, and
+    any layout holds the same value (a padded buffer says so by its shape)."""
+    if not ACTIVE["active"] or not targets:
+        return None
+    params = graph.parameters
+    padded = {}
+    for i, p in enumerate(params):
+        if p.op == ir.DEVICE_DATA and tuple(getattr(p.data, "shape", ())) != p.specs[0].shape:
+            padded[id(p)] = i
+    if not padded:
+        return None
+    out = {}
+    for k, t in enumerate(targets):
+        i = padded.get(t.leaf_id) if is_storage(t) else None
+        if i is not None and graph.roots[k].spec == params[i].specs[0]:
+            out[k] = params[i].data.sharding
+    return out or None

@@ -10,7 +10,8 @@ Contract:
   process. ``global_shape`` defaults to the parts put end to end. The spec is checked
   as ``mark_sharding`` checks it (``ValueError``), every process must call it with the
   same ``mesh``, spec and shapes, and the result is as sharded as if ``mark_sharding``
-  had placed it.
+  had placed it (in a job of one process, a dimension that does not divide is held
+  padded, as ``mark_sharding`` holds it; across processes it must divide).
 - ``local_part(t)``: this process's block of ``t``'s value as a new CPU tensor (runs
   ``t``'s pending work first): the inverse of ``global_tensor`` for a split dimension,
   the whole value for a replicated one. ``ValueError`` when this process's pieces are
@@ -27,7 +28,7 @@ from ..barrier.executor import EXECUTOR
 from ..state.dtypes import dtype_name
 from ..state.layout import Layout
 from ..tensor.lazy import LazyTensor, new_tensor
-from ..tensor.transfer import host_tensor, to_cpu, to_numpy
+from ..tensor.transfer import from_cpu, host_tensor, to_cpu, to_numpy
 from .sharding import normalize, owning, register_mesh
 
 __all__ = ["global_tensor", "local_part"]
@@ -43,6 +44,11 @@ def global_tensor(local: torch.Tensor, mesh, partition_spec, global_shape=None) 
     named = runtime.named_sharding(mesh.jax_mesh, spec)
     if global_shape is not None:
         global_shape = tuple(int(n) for n in global_shape)
+    if runtime.process_count == 1 and global_shape in (None, tuple(local.shape)):
+        # One process holds every part: its part is the value, split as mark_sharding
+        # splits it (padded where a dimension does not divide), in one upload.
+        register_mesh(named.mesh, mesh)
+        return new_tensor(from_cpu(local, sharding=named), Layout(tuple(local.shape), local.dtype))
     try:
         buffer = runtime.global_array(to_numpy(local), named, global_shape)
     except ValueError as err:
@@ -68,4 +74,6 @@ def local_part(t: torch.Tensor) -> torch.Tensor:
         array = runtime.local_part(buffer)
     except ValueError as err:
         raise ValueError(f"local_part: {err}") from None
+    if runtime.process_count == 1:  # the whole value (held padded if split unevenly)
+        return host_tensor(buffer, t.dtype, storage.spec.shape, read=lambda _: array)
     return host_tensor(buffer, t.dtype, array.shape, read=lambda _: array)

@@ -58,12 +58,14 @@ def _leaves(obj, path=()):
         yield path, obj
 
 
-def _owned_pieces(buffer, me: int):
-    """(offsets, array) for each piece of ``buffer`` this process writes."""
+def _owned_pieces(buffer, me: int, value_shape: tuple):
+    """(offsets, array) for each piece of ``buffer`` this process writes, of the value
+    of ``value_shape`` it holds (a buffer split unevenly holds it padded: the padding
+    is no part of any piece)."""
     sharding = getattr(buffer, "sharding", None)
     if sharding is None or len(sharding.device_set) == 1:
         if me == 0:
-            yield (0,) * buffer.ndim, np.asarray(buffer)
+            yield (0,) * buffer.ndim, pjrt.trim(np.asarray(buffer), value_shape)
         return
     shape = buffer.shape
     owners: dict[tuple, int] = {}
@@ -75,7 +77,11 @@ def _owned_pieces(buffer, me: int):
         block = tuple(s.indices(n)[:2] for s, n in zip(shard.index, shape))
         if owners[block] == me and block not in written:
             written.add(block)
-            yield tuple(lo for lo, _ in block), np.asarray(shard.data)
+            offsets = tuple(lo for lo, _ in block)
+            # The part of the piece inside the value (none of it: all padding).
+            inside = tuple(max(0, min(hi, n) - lo) for (lo, hi), n in zip(block, value_shape))
+            if all(inside):
+                yield offsets, pjrt.trim(np.asarray(shard.data), inside)
 
 
 def save(state_dict, path) -> None:
@@ -92,7 +98,7 @@ def save(state_dict, path) -> None:
             layout[key] = {"shape": tuple(leaf.shape), "dtype": str(leaf.dtype)}
             pieces[key] = [
                 (offsets, host_tensor(buffer, leaf.dtype, array.shape, read=lambda _, a=array: a))
-                for offsets, array in _owned_pieces(buffer, me)
+                for offsets, array in _owned_pieces(buffer, me, tuple(leaf.shape))
             ]
         else:
             layout[key] = {"value": leaf}
@@ -185,7 +191,11 @@ def _load_lazax(t: LazyTensor, pieces: list) -> None:
         return to_numpy(_region(pieces, block, t.dtype))
 
     if sharding is not None and len(sharding.device_set) > 1:
-        buffer = runtime.from_callback(shape, sharding, read)
+        if current.shape == shape:
+            buffer = runtime.from_callback(shape, sharding, read)
+        else:  # held padded (split unevenly, within this process's devices)
+            whole = to_numpy(_region(pieces, tuple((0, n) for n in shape), t.dtype))
+            buffer = runtime.place(runtime.to_device(whole), sharding, shape)
         value = ir.device_data(ir.TensorSpec(shape, dtype_name(t.dtype)), buffer)
         storage = t._lz_storage
         if t._lz_view is None and storage.spec.shape == shape:

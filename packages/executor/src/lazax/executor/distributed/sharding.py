@@ -9,12 +9,16 @@ Contract:
 - ``mark_sharding(t, mesh, partition_spec)``: one entry per dimension of ``t``: ``None``
   (not split), a mesh axis name or index, or a tuple of them. Checked at the call
   (``ValueError`` naming the axis or dimension). Device data is re-laid out at once
-  (each device then holds only its piece); pending IR gets a sharding-constraint node
-  (``lazax::shard``, ``ops.sharding``), which is part of the graph hash.
+  (each device then holds only its piece; a dimension that does not divide over its
+  axes is held padded with zeros to a multiple of them, as torch_xla pads it, within
+  one process's devices: ``lazax.pjrt.padded_shape``); pending IR gets a sharding-constraint node
+  (``lazax::shard``, ``ops.sharding``), which is part of the graph hash. Each distinct
+  layout (mesh and spec) makes one jax sharding, counted as ``CreateOpSharding``.
 - ``clear_sharding(t)``: ``t`` back on its single device (it syncs ``t`` first).
 - ``get_sharding(t)``: a ``Sharding(mesh, partition_spec)`` or None (single device, or
   pending IR whose layout XLA has not chosen yet); ``shard_shapes(t)``: device id ->
-  the shape of the piece that device holds.
+  the shape of the piece that device holds (padding included); ``shards(t)``: each
+  piece (``Shard``: device, where it lies in the value, its buffer, its replica id).
 The barrier's side (input placement, the cache-key part) is ``barrier.placement``.
 """
 
@@ -27,6 +31,7 @@ import torch
 
 from lazax import ir
 
+from .. import metrics
 from ..barrier.executor import EXECUTOR
 from ..ops.sharding import ACTIVE, CONSTRAINTS, SHARD_OP
 from ..tensor.lazy import LazyTensor
@@ -41,10 +46,13 @@ __all__ = [
     "normalize",
     "owning",
     "register_mesh",
+    "Shard",
     "shard_shapes",
+    "shards",
 ]
 
 _MESHES: dict[object, Mesh] = {}  # jax mesh -> the lazax Mesh made for it
+_SHARDINGS: dict[tuple, object] = {}  # (Mesh, normalized spec) -> its jax sharding
 
 
 class Mesh:
@@ -163,9 +171,14 @@ def owning(t, what: str) -> LazyTensor:
 
 def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
     t = owning(t, "mark_sharding")
-    spec = normalize(mesh, partition_spec, tuple(t.shape))
     runtime = EXECUTOR.runtime
-    named = runtime.named_sharding(mesh.jax_mesh, spec)
+    # A dimension that does not divide is held padded (``lazax.pjrt.padded_shape``),
+    # within this process's devices; jax builds no uneven array across processes.
+    spec = normalize(mesh, partition_spec, tuple(t.shape), runtime.process_count > 1)
+    named = _SHARDINGS.get((mesh, spec))
+    if named is None:  # one sharding object per layout (jax compares them often)
+        named = _SHARDINGS[(mesh, spec)] = runtime.named_sharding(mesh.jax_mesh, spec)
+        metrics.bump("CreateOpSharding")
     register_mesh(named.mesh, mesh)
     storage = t._lz_storage
     if storage.pending:
@@ -174,7 +187,7 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
         node = ir.Node(SHARD_OP, (storage.value,), ((("%", 0), key), ()), (storage.spec,))
         storage.set(node.outputs[0])
     else:
-        buffer = runtime.place(storage.value.node.data, named)
+        buffer = runtime.place(storage.value.node.data, named, storage.spec.shape)
         storage.set(ir.device_data(storage.spec, buffer))
     return t
 
@@ -185,7 +198,7 @@ def clear_sharding(t: torch.Tensor) -> torch.Tensor:
     EXECUTOR.sync_storages([storage])
     runtime = EXECUTOR.runtime
     single = runtime.single_device(runtime.devices[storage.device_index])
-    buffer = runtime.place(storage.value.node.data, single)
+    buffer = runtime.place(storage.value.node.data, single, storage.spec.shape)
     storage.set(ir.device_data(storage.spec, buffer))
     return t
 
@@ -213,6 +226,35 @@ def shard_shapes(t: torch.Tensor) -> dict[int, tuple[int, ...]]:
     storage = t._lz_storage
     EXECUTOR.sync_storages([storage])
     return EXECUTOR.runtime.shard_shapes(storage.value.node.data)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One device's piece of a tensor's value (``shards``)."""
+
+    device: int  # the device's global index (a mesh's device id)
+    index: tuple  # one slice per dimension: where the piece lies in the value
+    data: object  # the piece as the device holds it (a jax.Array), padding included
+    replica_id: int  # which copy of that piece, over the devices that hold it
+
+
+def shards(t: torch.Tensor) -> list[Shard]:
+    """This process's pieces of ``t`` (synced), in device order. A piece of a value split
+    unevenly is held padded: ``data`` is the device's whole piece, ``index`` the part of
+    the value in it (empty slices for a piece that is all padding)."""
+    storage = t._lz_storage
+    EXECUTOR.sync_storages([storage])
+    buffer = storage.value.node.data
+    shape = storage.spec.shape
+    index_of = {d: i for i, d in enumerate(EXECUTOR.runtime.global_devices)}
+    out = []
+    for piece in buffer.addressable_shards:
+        index = tuple(
+            slice(min(s.start or 0, n), min(n if s.stop is None else s.stop, n), 1)
+            for s, n in zip(piece.index, shape)
+        )
+        out.append(Shard(index_of[piece.device], index, piece.data, int(piece.replica_id)))
+    return sorted(out, key=lambda p: p.device)
 
 
 def register_mesh(jax_mesh, mesh: Mesh) -> None:

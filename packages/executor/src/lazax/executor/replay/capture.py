@@ -334,7 +334,14 @@ class Replay:
         entry = compiler.lookup(key)
         if entry is None:  # a replay's hits are not counted: it runs by hash every call
             entry = self._compile(key, donate)
-        buffers = execute(runtime, entry, params, donated=len(donate), what=self._what)
+        buffers = execute(
+            runtime,
+            entry,
+            params,
+            donated=len(donate),
+            what=self._what,
+            spmd=self.placement is not None,
+        )
         checks = entry.annotations.checks
         if checks:  # the results stay (see lazax.executor.barrier.checks)
             sites = [self.sites.get(p, ("?", None)) for p, _, _ in checks]

@@ -186,6 +186,8 @@ class Storage:
                 self._drop_view_ir()
         if value.node.op != ir.DEVICE_DATA:
             PENDING.add(self)
+        else:  # new device data (re-laid out, copied in): the leaf a sync may donate
+            self.leaf_id = id(value.node)
 
     def settle(self, pending: ir.Value, result: ir.Value, bump: bool = True) -> bool:
         """A sync computed ``result`` from ``pending``: keep it, unless the storage was

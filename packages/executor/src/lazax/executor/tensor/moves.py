@@ -23,6 +23,8 @@ def to_device_index(src: LazyTensor, index: int) -> LazyTensor:
     EXECUTOR.sync_tensors_graph([src])
     value = ir_value(src)
     runtime = EXECUTOR.runtime
-    copied = runtime.place(value.node.data, runtime.single_device(runtime.devices[index]))
+    copied = runtime.place(
+        value.node.data, runtime.single_device(runtime.devices[index]), value.spec.shape
+    )
     layout = Layout(tuple(src.shape), src.dtype)
     return new_tensor(ir.device_data(value.spec, copied), layout, index)

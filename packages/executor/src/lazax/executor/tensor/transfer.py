@@ -1,7 +1,8 @@
 """Host <-> device transfers of tensors: upload a CPU tensor, read a lazax one.
 
-Contract: ``from_cpu(t, device_index)`` uploads a CPU tensor (asynchronously) and
-returns its device-data value; ``to_cpu(t)`` syncs ``t`` if it is pending, waits for
+Contract: ``from_cpu(t, device_index, sharding=None)`` uploads a CPU tensor
+(asynchronously; over ``sharding``'s devices, split, when given) and returns its
+device-data value; ``to_cpu(t)`` syncs ``t`` if it is pending, waits for
 its value and returns it as a new CPU tensor, then raises the first failed device-side
 check of every program that has finished (``barrier.checks``). ``jax_value(t)`` syncs
 ``t`` if it is pending and returns its buffer, a ``jax.Array`` (not waited for): the
@@ -56,18 +57,22 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.view(carrier).numpy().view(pjrt.numpy_dtype(dtype_name(t.dtype))).copy()
 
 
-def from_cpu(t: torch.Tensor, device_index: int = 0) -> ir.Value:
-    """Upload a CPU tensor; returns its device-data value."""
+def from_cpu(t: torch.Tensor, device_index: int = 0, sharding=None) -> ir.Value:
+    """Upload a CPU tensor; returns its device-data value. ``sharding``: laid out over
+    its mesh at once (padded where a split does not divide), not on one device."""
     runtime = EXECUTOR.runtime
     with metrics.timed("TransferToDeviceTime"):
         try:
             host = to_numpy(t)
-            buf = runtime.to_device(host, runtime.devices[device_index])
+            if sharding is not None:
+                buf = runtime.place(host, sharding, host.shape)
+            else:
+                buf = runtime.to_device(host, runtime.devices[device_index])
         except pjrt.DeviceOutOfMemory as err:
             shape = f"{dtype_name(t.dtype)}{list(t.shape)}"
             what = f"a transfer of {shape} to the device"
             raise out_of_memory(err, what, None, runtime) from err
-    metrics.record("InboundData", host.nbytes, unit="bytes")
+    metrics.record("OutboundData", host.nbytes, unit="bytes")  # (host -> device)
     metrics.bump("CreateDataHandles")
     return ir.device_data(ir.TensorSpec(tuple(t.shape), dtype_name(t.dtype)), buf)
 
@@ -118,7 +123,8 @@ def jax_value(t: torch.Tensor):
     if t.is_conj() or t.is_neg():
         t = t.resolve_conj().resolve_neg()
     EXECUTOR.sync_tensors_graph([t], wait=False)
-    return ir_value(t).node.data
+    value = ir_value(t)
+    return pjrt.trim(value.node.data, value.spec.shape)  # (an uneven split is padded)
 
 
 def _shape_text(shape, dtype: torch.dtype) -> str:
@@ -139,7 +145,7 @@ def host_tensor(buffer, dtype: torch.dtype, shape, read=None) -> torch.Tensor:
                 f"with lazax.modes.distributed.local_part(t), or replicate it first "
                 f"(lx.mark_sharding(t, mesh, (None,) * t.dim()), then read it)."
             ) from None
-    metrics.record("OutboundData", array.nbytes, unit="bytes")
+    metrics.record("InboundData", array.nbytes, unit="bytes")  # (device -> host)
     carrier = _VIEW_AS.get(dtype)
     if carrier is not None:
         array = array.view(np.dtype(str(carrier).replace("torch.", "")))
@@ -150,4 +156,6 @@ def host_tensor(buffer, dtype: torch.dtype, shape, read=None) -> torch.Tensor:
         out = out.view(dtype)
     if out.dtype != dtype:
         out = out.to(torch_dtype(dtype_name(dtype)))
+    if out.numel() != math.prod(shape):  # a padded buffer (an uneven split)
+        return pjrt.trim(out, tuple(shape)).clone()
     return out.reshape(shape)

@@ -4,7 +4,7 @@ Contract:
 - ``Mesh(device_ids, mesh_shape, axis_names=None)``: an ``lx.Mesh`` (so every lazax
   function takes it) with torch_xla's methods and checks (see the package docstring);
   ``axis_names`` is None when none were given, as torch_xla's (lazax names the axes
-  ``axis0``, ... in its shardings).
+  ``axis0``, ... in its shardings); ``get_op_sharding(spec)``: an ``_XLAC.OpSharding``.
 - ``HybridMesh(*, ici_mesh_shape, dcn_mesh_shape=None, axis_names=None)``: a ``Mesh`` of
   shape ``ici * dcn`` (axis by axis) over every device of the job, for slices joined by
   the data-centre network: each slice's devices fill an ``ici_mesh_shape`` block, and the
@@ -24,6 +24,7 @@ from jax.experimental import mesh_utils
 import lazax.modes as lx
 
 from ... import runtime as xr
+from ..._cpu_shards import OpSharding
 from ...core import xla_model as xm
 
 __all__ = ["HybridMesh", "Mesh", "get_1d_mesh", "get_global_mesh", "set_global_mesh"]
@@ -67,6 +68,10 @@ class Mesh(lx.Mesh):
 
     def get_logical_mesh(self) -> np.ndarray:
         return np.array(self.device_ids).reshape(self.mesh_shape)
+
+    def get_op_sharding(self, partition_spec) -> OpSharding:
+        """XLA's sharding of a tensor over this mesh (``_XLAC.OpSharding``)."""
+        return OpSharding(self, partition_spec)
 
 
 def _check(ids: list, shape: tuple, names) -> None:
