@@ -133,8 +133,9 @@ def test_training_with_an_uneven_vocabulary_split_matches_one_device(mesh_1x8):
             lx.sync()
         losses[sharded] = [loss.item() for loss in losses[sharded]]
         params[sharded] = {k: v.cpu() for k, v in model.state_dict().items()}
-        if sharded:  # the parameters, updated in place, kept their split
-            for p in (model.tok.weight, model.head.weight):
+        if sharded:  # the parameters kept their split, their gradients and state took it
+            state = [opt.state[p]["momentum_buffer"] for p in (model.tok.weight, model.head.weight)]
+            for p in (model.tok.weight, model.head.weight, model.head.weight.grad, *state):
                 assert lx.get_sharding(p) == lx.Sharding(mesh_1x8, ("model", None))
                 assert set(lx.shard_shapes(p).values()) == {(8, cfg.d_model)}
     torch.testing.assert_close(losses[True], losses[False], rtol=1e-4, atol=1e-6)

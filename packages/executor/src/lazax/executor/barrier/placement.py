@@ -7,10 +7,12 @@ shardings to compile with. An input that is not split is replicated over the mes
 (``place_arguments`` moves it once: the storage then keeps the replicated buffer).
 ``signature(tensors)``: the input shardings of a replay's call (None until anything was
 sharded), checked on every call. ``kept_layouts(graph, targets)``: for ``lower``'s
-``layouts``, root -> the sharding of the input it replaces (the storage ``targets[k]``
-last held that input), for each input held padded (split unevenly): an update in place
-keeps its split, as XLA's propagation keeps an even one, where jax would hand back an
-uneven result replicated.
+``layouts``, root -> a sharding to return it padded for, where jax would hand back an
+uneven result replicated: a root that replaces an input held padded (split unevenly;
+the storage ``targets[k]`` last held it) keeps that input's split, an update in place;
+another root of the same shape and dtype as padded inputs that all have one split takes
+that split (a gradient or an optimizer state of an unevenly split parameter, as XLA's
+propagation splits those of an evenly split one).
 """
 
 from __future__ import annotations
@@ -84,17 +86,19 @@ def signature(tensors) -> tuple | None:
 
 
 def kept_layouts(graph: ir.Graph, targets) -> dict[int, object] | None:
-    """Root -> sharding, for the roots that replace an input held padded (see the
+    """Root -> sharding, for the roots that continue an input held padded (see the
     contract). Which roots those are is not part of the cache key: a run under the
     same key with other targets gets its outputs laid out as this compile chose, and
     any layout holds the same value (a padded buffer says so by its shape)."""
-    if not ACTIVE["active"] or not targets:
+    if not ACTIVE["active"]:
         return None
     params = graph.parameters
-    padded = {}
+    padded: dict[int, int] = {}  # id(parameter) -> its index
+    by_spec: dict = {}  # spec -> the shardings of the padded inputs of that spec
     for i, p in enumerate(params):
         if p.op == ir.DEVICE_DATA and tuple(getattr(p.data, "shape", ())) != p.specs[0].shape:
             padded[id(p)] = i
+            by_spec.setdefault(p.specs[0], set()).add(p.data.sharding)
     if not padded:
         return None
     out = {}
@@ -102,4 +106,8 @@ def kept_layouts(graph: ir.Graph, targets) -> dict[int, object] | None:
         i = padded.get(t.leaf_id) if is_storage(t) else None
         if i is not None and graph.roots[k].spec == params[i].specs[0]:
             out[k] = params[i].data.sharding
-    return out or None
+    for k, r in enumerate(graph.roots):
+        shardings = by_spec.get(r.spec)
+        if k not in out and shardings is not None and len(shardings) == 1:
+            out[k] = next(iter(shardings))
+    return out
