@@ -173,3 +173,19 @@ def test_sharding_spec_shards_the_loader_tensors_it_applies_to():
 def test_mesh_device_ids_list_as_torch_xlas_array():
     mesh = xs.Mesh(np.arange(lx.global_device_count()), (1, lx.global_device_count()))
     assert mesh.device_ids.tolist() == list(range(lx.global_device_count()))
+
+
+@needs_8
+def test_a_batch_that_does_not_divide_is_split_unevenly_unless_minibatch():
+    mesh = xs.get_1d_mesh("data")
+    batches = [(torch.randn(7, 4), torch.arange(7)) for _ in range(2)]
+    spec = xs.ShardingSpec(mesh, ("data", None))
+    for (x, _), (x_cpu, _) in zip(
+        pl.MpDeviceLoader(batches, xm.xla_device(), input_sharding=spec), batches
+    ):
+        assert xlac._get_xla_sharding_spec(x) == "{devices=[8,1]0,1,2,3,4,5,6,7}"
+        torch.testing.assert_close(x.cpu(), x_cpu)
+    per_host = xs.ShardingSpec(mesh, ("data", None), minibatch=True)
+    loader = pl.MpDeviceLoader(batches, xm.xla_device(), input_sharding=per_host)
+    with pytest.raises(RuntimeError, match="per-host batch size must be divisible by local"):
+        next(iter(loader))

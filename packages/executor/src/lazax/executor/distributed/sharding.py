@@ -13,7 +13,8 @@ Contract:
   axes is held padded with zeros to a multiple of them, as torch_xla pads it, within
   one process's devices: ``lazax.pjrt.padded_shape``); pending IR gets a sharding-constraint node
   (``lazax::shard``, ``ops.sharding``), which is part of the graph hash. Each distinct
-  layout (mesh and spec) makes one jax sharding, counted as ``CreateOpSharding``.
+  layout (a mesh object and a spec) makes one jax sharding, kept in ``mesh.shardings``
+  and counted as ``CreateOpSharding``.
 - ``clear_sharding(t)``: ``t`` back on its single device (it syncs ``t`` first).
 - ``get_sharding(t)``: a ``Sharding(mesh, partition_spec)`` or None (single device, or
   pending IR whose layout XLA has not chosen yet); ``shard_shapes(t)``: device id ->
@@ -52,7 +53,6 @@ __all__ = [
 ]
 
 _MESHES: dict[object, Mesh] = {}  # jax mesh -> the lazax Mesh made for it
-_SHARDINGS: dict[tuple, object] = {}  # (Mesh, normalized spec) -> its jax sharding
 
 
 class Mesh:
@@ -89,6 +89,7 @@ class Mesh:
         self.axis_names = axis_names
         self.jax_mesh = EXECUTOR.runtime.mesh(device_ids, mesh_shape, axis_names)
         self.key = f"mesh{mesh_shape}{axis_names}{self.device_ids}"
+        self.shardings: dict[tuple, object] = {}  # normalized spec -> its jax sharding
         _MESHES.setdefault(self.jax_mesh, self)
 
     def __eq__(self, other) -> bool:
@@ -175,9 +176,9 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
     # A dimension that does not divide is held padded (``lazax.pjrt.padded_shape``),
     # within this process's devices; jax builds no uneven array across processes.
     spec = normalize(mesh, partition_spec, tuple(t.shape), runtime.process_count > 1)
-    named = _SHARDINGS.get((mesh, spec))
+    named = mesh.shardings.get(spec)
     if named is None:  # one sharding object per layout (jax compares them often)
-        named = _SHARDINGS[(mesh, spec)] = runtime.named_sharding(mesh.jax_mesh, spec)
+        named = mesh.shardings[spec] = runtime.named_sharding(mesh.jax_mesh, spec)
         metrics.bump("CreateOpSharding")
     register_mesh(named.mesh, mesh)
     storage = t._lz_storage

@@ -8,7 +8,9 @@ Contract:
   sharded tensor.
 - ``ShardingSpec(mesh, partition_spec, minibatch=False)``: ``can_apply(t)`` (one spec
   entry per dimension); called with a tensor, its ``lx.Sharding`` or None: what
-  ``pl.MpDeviceLoader``'s ``input_sharding`` takes.
+  ``pl.MpDeviceLoader``'s ``input_sharding`` takes. With ``minibatch``, a batch whose
+  first dimension does not divide over this process's devices is a ``RuntimeError``
+  (torch_xla's); without it, such a batch is split unevenly (held padded).
 - ``XLAPatchedLinear.apply(input, weight, bias=None)``: ``F.linear`` as an autograd
   function whose forward and backward are einsums over the feature dimension, with no
   transpose or flattening of the batch dimensions (torch_xla's reason: a sharding
@@ -68,7 +70,17 @@ class ShardingSpec:
         return isinstance(t, torch.Tensor) and t.dim() == len(self.partition_spec)
 
     def __call__(self, t):
-        return lx.Sharding(self.mesh, self.partition_spec) if self.can_apply(t) else None
+        if not self.can_apply(t):
+            return None
+        if self.minibatch and t.dim() and t.shape[0] % lx.device_count():
+            # torch_xla's rule (and words): each host's part of the batch is split
+            # over its own devices, evenly.
+            raise RuntimeError(
+                f"When minibatch is configured, the per-host batch size must be divisible "
+                f"by local runtime device count. Per host input data shape "
+                f"{list(t.shape)}, local_runtime_device_count {lx.device_count()}"
+            )
+        return lx.Sharding(self.mesh, self.partition_spec)
 
 
 class MarkShardingFunction(torch.autograd.Function):
