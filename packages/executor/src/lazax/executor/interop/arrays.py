@@ -5,7 +5,9 @@ Contract:
   sharding kept: what is pending is synced first (not waited for), nothing goes through
   the host. It is the value *now*: a later write to ``t`` gives ``t`` a new buffer and
   leaves the array as it was (lazax never donates a buffer something else holds). A
-  tensor that is not a view hands out its own buffer; a view, a new one.
+  tensor that is not a view hands out its own buffer; a view, a new one; a tensor
+  split unevenly over a mesh (held padded), a new one of its own shape (JAX then lays
+  it out as it can: replicated).
 - ``from_jax(a)``: a ``jax.Array`` as a lazax tensor, sharing its buffer (no copy) when
   its devices are lazax's (the same jax client), else copied to the default device.
   While the caller keeps ``a``, writes to the tensor give it new buffers and ``a`` stays

@@ -6,7 +6,8 @@ device-data value; ``to_cpu(t)`` syncs ``t`` if it is pending, waits for
 its value and returns it as a new CPU tensor, then raises the first failed device-side
 check of every program that has finished (``barrier.checks``). ``jax_value(t)`` syncs
 ``t`` if it is pending and returns its buffer, a ``jax.Array`` (not waited for): the
-storage's own for a tensor that is not a view, a new one for a view. A view of materialised data is
+storage's own for a tensor that is not a view, a new one for a view (or for a value
+held padded, split unevenly over a mesh: the padding cut off). A view of materialised data is
 sliced on the host from its base where the base is small (no compile per view).
 Transfers are timed (``TransferToDeviceTime``, ``TransferFromDeviceTime``); running out
 of device memory raises ``torch.OutOfMemoryError``.
