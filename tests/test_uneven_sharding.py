@@ -171,6 +171,28 @@ def test_the_dynamo_bridge_takes_uneven_inputs(mesh_1x8):
     torch.testing.assert_close(compiled(al, b.to(DEV)).cpu(), (a @ b).relu(), rtol=1e-5, atol=1e-5)
 
 
+def test_a_compiled_function_that_writes_an_uneven_input_keeps_its_split(mesh_1x8):
+    full = torch.randn(3, 9)
+    t = full.to(DEV)
+    lx.mark_sharding(t, mesh_1x8, (None, "model"))
+    lx.sync()
+    compiled = torch.compile(lambda a: (a.mul_(2), a.sum())[1], backend="lazax")
+    compiled(t)  # dynamo's first call: a compile per donation pattern
+    lx.sync()
+    compiles, donated = counter("UncachedCompile"), counter("DonatedBuffers")
+    for _ in range(2):
+        total = compiled(t)
+        lx.sync()
+    full = full * 8
+    # the written input comes back in its padded pieces: the same signature, no compile
+    assert counter("UncachedCompile") == compiles
+    assert counter("DonatedBuffers") == donated + 2
+    assert lx.get_sharding(t) == lx.Sharding(mesh_1x8, (None, "model"))
+    assert set(lx.shard_shapes(t).values()) == {(3, 2)}
+    torch.testing.assert_close(t.cpu(), full)
+    torch.testing.assert_close(total.cpu(), full.sum(), rtol=1e-5, atol=1e-5)
+
+
 def test_a_device_loader_splits_a_batch_that_does_not_divide(mesh_1x8):
     batches = [(torch.randn(7, 3), torch.arange(7)) for _ in range(2)]
     loader = lx.DeviceLoader(batches, sharding=lx.Sharding(mesh_1x8, ("model",)))

@@ -52,7 +52,7 @@ from .donation import DonationPolicy, agreed, output_order
 from .execute import execute
 from .keys import GraphFacts
 from .lower import lower
-from .placement import kept_layouts, place_arguments, placement
+from .placement import kept_layouts, place_arguments, placement, written_leaves
 
 __all__ = ["EXECUTOR", "GraphExecutor"]
 
@@ -334,7 +334,7 @@ class GraphExecutor:
                         lambda: lower(
                             graph,
                             output_order(graph, donate, targets),
-                            kept_layouts(graph, targets),
+                            kept_layouts(graph, written_leaves(targets)),
                         ),
                         timer="EagerOpCompileTime" if eager else "CompileTime",
                         arg_shardings=placed[1] if placed is not None else None,

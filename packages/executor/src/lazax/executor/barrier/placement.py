@@ -6,10 +6,12 @@ the cache key (a changed sharding compiles a new graph, the same one never does)
 shardings to compile with. An input that is not split is replicated over the mesh
 (``place_arguments`` moves it once: the storage then keeps the replicated buffer).
 ``signature(tensors)``: the input shardings of a replay's call (None until anything was
-sharded), checked on every call. ``kept_layouts(graph, targets)``: for ``lower``'s
+sharded), checked on every call. ``kept_layouts(graph, written)``: for ``lower``'s
 ``layouts``, root -> a sharding to return it padded for, where jax would hand back an
 uneven result replicated: a root that replaces an input held padded (split unevenly;
-the storage ``targets[k]`` last held it) keeps that input's split, an update in place;
+``written`` maps the root's index to the id of the device-data leaf it replaces: the
+barrier's ``written_leaves(targets)``, a replay's written arguments) keeps that input's
+split, an update in place;
 another root of the same shape and dtype as padded inputs that all have one split takes
 that split (a gradient or an optimizer state of an unevenly split parameter, as XLA's
 propagation splits those of an evenly split one).
@@ -22,7 +24,7 @@ from lazax import ir
 from ..ops.sharding import ACTIVE, CONSTRAINTS, SHARD_OP
 from ..state.storage import is_storage
 
-__all__ = ["kept_layouts", "place_arguments", "placement", "signature"]
+__all__ = ["kept_layouts", "place_arguments", "placement", "signature", "written_leaves"]
 
 
 def placement(graph: ir.Graph, runtime):
@@ -85,11 +87,18 @@ def signature(tensors) -> tuple | None:
     return tuple(out)
 
 
-def kept_layouts(graph: ir.Graph, targets) -> dict[int, object] | None:
+def written_leaves(targets) -> dict[int, int]:
+    """Root index -> the id of the device-data leaf its storage held before the graph
+    (the barrier's targets: a storage per root, or something else for a new value)."""
+    return {k: t.leaf_id for k, t in enumerate(targets) if is_storage(t) and t.leaf_id}
+
+
+def kept_layouts(graph: ir.Graph, written: dict[int, int]) -> dict[int, object] | None:
     """Root -> sharding, for the roots that continue an input held padded (see the
     contract). Which roots those are is not part of the cache key: a run under the
-    same key with other targets gets its outputs laid out as this compile chose, and
-    any layout holds the same value (a padded buffer says so by its shape)."""
+    same key (the barrier's, a replay's of the same graph) with other written inputs
+    gets its outputs laid out as this compile chose, and any layout holds the same
+    value (a padded buffer says so by its shape); only where the result lives differs."""
     if not ACTIVE["active"]:
         return None
     params = graph.parameters
@@ -102,8 +111,8 @@ def kept_layouts(graph: ir.Graph, targets) -> dict[int, object] | None:
     if not padded:
         return None
     out = {}
-    for k, t in enumerate(targets):
-        i = padded.get(t.leaf_id) if is_storage(t) else None
+    for k, leaf in written.items():
+        i = padded.get(leaf)
         if i is not None and graph.roots[k].spec == params[i].specs[0]:
             out[k] = params[i].data.sharding
     for k, r in enumerate(graph.roots):

@@ -45,7 +45,7 @@ from ..barrier.execute import execute
 from ..barrier.executor import EXECUTOR
 from ..barrier.keys import GraphFacts
 from ..barrier.lower import lower
-from ..barrier.placement import place_arguments, placement
+from ..barrier.placement import kept_layouts, place_arguments, placement
 from ..barrier.placement import signature as sharding_signature
 from ..ops import checked_ops
 from ..profiling import span
@@ -172,6 +172,7 @@ class Replay:
                 recipes.append(("const", out, None))
         self.new_count = len(roots)
         self.mutated: list[int] = []
+        shadows_leaf = {arg: leaf for _, arg, leaf in shadows}
         for shadow, arg, leaf in shadows:
             if shadow.value is not leaf:
                 roots.append(shadow.value)
@@ -227,7 +228,10 @@ class Replay:
         self.mutated_slots = [(slot, i) for slot, i in self.storage_slots if i in mutated]
         # What an eviction needs to compile again: the lowered function, never the IR
         # (which holds the first call's buffers).
-        self.lowered = lower(graph, self._output_order()) if roots else None
+        # A written input held padded (split unevenly) comes back padded, as it went in.
+        written = {self.new_count + j: id(shadows_leaf[arg]) for j, arg in enumerate(self.mutated)}
+        layouts = kept_layouts(graph, written)
+        self.lowered = lower(graph, self._output_order(), layouts) if roots else None
         # The donation patterns this replay compiled (the first call compiles its own:
         # which mutated inputs it may donate is known only from that call's arguments).
         self.compiled: set[tuple] = set()
