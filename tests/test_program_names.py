@@ -54,6 +54,25 @@ def test_a_lazy_sync_is_named_after_the_users_line(compiled):
     assert "test_program_names.py" in _module_name(entry)
 
 
+def test_a_library_over_lazax_is_skipped_for_its_users_line(compiled, tmp_path, monkeypatch):
+    (tmp_path / "trainer_lib.py").write_text(
+        "import lazax.modes as lx\n\ndef run_step(t):\n    t.mul_(3)\n    lx.sync()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import trainer_lib
+
+    t = torch.randn(6, 2).to(DEV)
+    lx.sync()
+    trainer_lib.run_step(t)  # not yet a library: the program is named after its line
+    lx.register_library_path(str(tmp_path))
+    t.add_(1)
+    trainer_lib.run_step(t)
+    names = [e.name for e in compiled]
+    assert names[0] == "trainer_lib.py:5:run_step"
+    assert names[1].startswith("test_program_names.py:")
+    assert names[1].endswith(":test_a_library_over_lazax_is_skipped_for_its_users_line")
+
+
 def test_an_eager_op_is_named_after_its_aten_op(compiled):
     x = torch.randn(6).to(DEV)
     lx.sync()

@@ -129,3 +129,26 @@ def test_the_tool_sums_the_programs_of_a_dynamo_step(capsys):
     assert len(times.split(" + ")) == 4
     with pytest.raises(ValueError, match="inference runs in"):
         programs.lazax_programs(work, "inference", "compile")
+
+
+def test_program_text_is_the_pending_program_and_runs_nothing():
+    x = torch.randn(4, 5)
+    xl = x.to(DEV)
+    lx.sync()
+    y = (xl * 2.5).relu().sum(0)
+    compiles = lx.metrics.counter_value("UncachedCompile") or 0
+    executions = (lx.metrics.metric_data("ExecuteTime") or (0,))[0]
+    hlo = lx.program_text([y])
+    assert hlo.startswith("HloModule") and "multiply(" in hlo and "maximum(" in hlo
+    assert "f32[4,5]{1,0} parameter(0)" in hlo and "ROOT" in hlo
+    assert "stablehlo.multiply" in lx.program_text([y], form="stablehlo")
+    # a tensor that holds device data: a program that returns its input
+    assert "f32[4,5]{1,0} parameter(0)" in lx.program_text([xl])
+    assert (lx.metrics.counter_value("UncachedCompile") or 0) == compiles
+    assert (lx.metrics.metric_data("ExecuteTime") or (0,))[0] == executions
+    assert not lx.holds_device_data(y)
+    torch.testing.assert_close(y.cpu(), (x * 2.5).relu().sum(0))
+    with pytest.raises(ValueError, match="'hlo' or 'stablehlo'"):
+        lx.program_text([y], form="optimized")
+    with pytest.raises(TypeError, match="lazax tensors"):
+        lx.program_text([x])

@@ -205,3 +205,15 @@ def test_each_layout_is_made_once_and_spmd_runs_are_timed(mesh_2x4):
     (torch.ones(3).to(DEV) * 2).sum().item()  # one device: ExecuteTime only
     assert lx.metrics.metric_data("ExecuteReplicatedTime")[0] == runs + 1
     assert lx.metrics.metric_data("ExecuteTime")[0] == single + 2
+
+
+def test_program_text_shows_the_shardings_xla_partitions_by():
+    mesh = lx.Mesh(range(8), (2, 4, 1), ("a", "b", "c"))
+    t = torch.randn(16, 16).to(DEV)
+    lx.mark_sharding(t, mesh, (None, "b"))  # split 4 ways, 2 copies of each piece
+    assert "parameter(0), sharding={devices=[1,4,2]" in lx.program_text([t])
+    y = t @ t
+    lx.mark_sharding(y, mesh, ("a", None))
+    hlo = lx.program_text([y])
+    assert 'custom_call_target="Sharding", sharding={devices=[2,1,4]' in hlo
+    assert not lx.holds_device_data(y)

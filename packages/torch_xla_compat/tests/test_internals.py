@@ -92,6 +92,22 @@ def test_tensor_debug_info_says_pending_or_device_data_and_the_sharding():
         assert f"OpSharding: {xlac._get_xla_sharding_spec(s)}" in info
 
 
+def test_tensors_hlo_is_the_next_syncs_program_with_its_shardings():
+    t = torch.arange(32.0).reshape(4, 8).to(torch_xla.device())
+    y = t * 3
+    hlo = xlac._get_xla_tensors_hlo([y])
+    # named after this line, as a sync here would be, not after the package's frames
+    assert hlo.startswith("HloModule jit_test_internals.py_") and "multiply(" in hlo
+    assert not lx.holds_device_data(y)  # nothing ran
+    torch.testing.assert_close(y.cpu(), torch.arange(32.0).reshape(4, 8) * 3)
+    if lx.global_device_count() >= 2:
+        n = lx.global_device_count()
+        s = xs.mark_sharding(
+            torch.ones(2, n, device=torch_xla.device()), xs.get_1d_mesh(), (None, 0)
+        )
+        assert f"sharding={{devices=[1,{n}]" in xlac._get_xla_tensors_hlo([s])
+
+
 def test_time_metrics_are_nanoseconds():
     met.clear_all()
     (torch.ones(4, device=torch_xla.device()) + 1).cpu()

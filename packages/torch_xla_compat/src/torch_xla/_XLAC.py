@@ -1,6 +1,6 @@
 """``torch_xla._XLAC``: the few functions of torch_xla's C++ extension that scripts and
 torch_xla's own tests call, each answered by lazax's public API. Everything else of
-``_XLAC`` (IR dumps, tensor ids, graph hashes, SPMD shape conversions) does not exist:
+``_XLAC`` (IR text, tensor ids, graph hashes, SPMD shape conversions) does not exist:
 an ``AttributeError`` names it rather than a made-up value.
 
 Contract:
@@ -21,6 +21,10 @@ Contract:
 - ``OpSharding`` (``Mesh.get_op_sharding``) and ``_global_tensor_from_cpu_shards(shards,
   op_sharding, global_shape=None)``: a sharded tensor from one CPU shard per device
   (``_cpu_shards``).
+- ``_get_xla_tensors_hlo(tensors)``: the HLO (before XLA's optimizations) of the
+  program that computes these tensors, with its shardings, as the next sync would
+  compile it (``lx.program_text``); nothing runs. The instruction names are XLA's as
+  jax lowers the program, not torch_xla's (``%p0.1``, ``%custom-call.1``).
 - ``_get_xla_tensor_debug_info(t)``: torch_xla's text about a tensor, from what lazax
   knows of it: its device, shape (``f32[5,3]``), sharding, and either ``IR: pending``
   with ``XLAData: None`` (its value is IR the next sync runs) or ``IR: None`` and the
@@ -49,6 +53,7 @@ __all__ = [
     "_global_tensor_from_cpu_shards",
     "_get_xla_sharding_type",
     "_get_xla_tensor_debug_info",
+    "_get_xla_tensors_hlo",
     "_init_computation_client",
     "_xla_get_all_devices",
     "_xla_get_default_device",
@@ -95,6 +100,10 @@ def _get_xla_sharding_spec(t) -> str:
 
 def _get_xla_sharding_type(t) -> int | None:
     return sharding_type(t)
+
+
+def _get_xla_tensors_hlo(tensors) -> str:
+    return lx.program_text([unwrap(t) for t in tensors], form="hlo")
 
 
 # XLA's primitive type names, as its shapes print them (f32[5,3]).

@@ -18,7 +18,9 @@ compile, step, manual_seed, launch); the submodules ``core.xla_model`` (xm),
 with it. torch_xla's environment variables are applied (``_env``) before lazax reads
 its own. Of torch_xla's internals (``torch_xla._XLAC``) only the functions lazax can
 answer exist (``_XLAC``'s docstring). What maps to what and
-what differs: docs/torch_xla.md.
+what differs: docs/torch_xla.md. The package's folder is a library's to lazax
+(``lx.register_library_path``): a program synced by ``xm.mark_step()`` is named after
+the user's line that called it, as one synced by ``lx.sync()``.
 """
 
 from . import _guard
@@ -32,6 +34,8 @@ _env.apply()
 from . import _XLAC, core, debug, distributed, experimental, runtime, utils  # noqa: E402
 
 _env.forget_device_name()  # lazax, imported just above, has read it
+import lazax.modes as _lx  # noqa: E402
+
 from ._api import (  # noqa: E402
     compile,
     device,
@@ -44,6 +48,9 @@ from ._api import (  # noqa: E402
     sync,
 )
 from ._version import __version__  # noqa: E402
+
+# Programs and errors name the user's script, not this package's frame that synced.
+_lx.register_library_path(__path__[0])
 
 __all__ = [
     "_XLAC",

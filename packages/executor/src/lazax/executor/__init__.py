@@ -27,13 +27,19 @@ from ._version import __version__  # noqa: E402
 from .barrier.agreement import GraphsDifferError  # noqa: E402
 from .barrier.agreement import describe as describe_graph  # noqa: E402
 from .barrier.checks import CHECKS  # noqa: E402
-from .barrier.debug import GraphCountSession, GraphLimitExceeded, TracedOp  # noqa: E402
+from .barrier.debug import (  # noqa: E402
+    GraphCountSession,
+    GraphLimitExceeded,
+    TracedOp,
+    register_library_path,
+)
 from .barrier.executor import EXECUTOR, GraphExecutor  # noqa: E402
 from .barrier.lower import lower as lower_graph  # noqa: E402
 from .barrier.lower import lowered_text  # noqa: E402
 from .barrier.placement import place_arguments as place_sharded_arguments  # noqa: E402
 from .barrier.placement import placement as sharded_placement  # noqa: E402
 from .barrier.placement import signature as sharding_signature  # noqa: E402
+from .barrier.text import program_text  # noqa: E402
 from .config import DEVICE_NAME  # noqa: E402
 from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
 from .dispatch.kernels import register_kernels  # noqa: E402
@@ -177,8 +183,10 @@ __all__ = [
     "new_tensor",
     "place_sharded_arguments",
     "prepare_call_jax",
+    "program_text",
     "rebind",
     "scan_layers",
+    "register_library_path",
     "register_lowering",
     "save_sharded",
     "registered_ops",

@@ -15,6 +15,7 @@ for x, y in lx.DeviceLoader(data_loader): ...         # batches moved while the 
 y = lx.call_jax(jax_fn, x, w)      # a JAX function as one node of the graph (docs/jax.md)
 a = lx.to_jax(t); t = lx.from_jax(a)                  # the same buffer, no copy
 lx.holds_device_data(t)            # False while t is pending IR, True once synced
+print(lx.program_text([loss]))     # the HLO the next sync would compile, run nothing
 """
 
 from lazax import executor as _executor
@@ -30,6 +31,8 @@ from lazax.executor import (
     get_sharding,
     holds_device_data,
     mark_sharding,
+    program_text,
+    register_library_path,
     register_lowering,
     scan_layers,
     shard_shapes,
@@ -80,6 +83,8 @@ __all__ = [
     "metrics",
     "process_count",
     "process_index",
+    "program_text",
+    "register_library_path",
     "register_lowering",
     "reset_peak_memory_stats",
     "scan_layers",

@@ -24,6 +24,10 @@ Contract (the narrow interface; a second implementation must stay possible):
   collectives reduce over ``PROCESS_AXIS``, ``_per_process``), on ``device``'s place
   among each process's devices; it takes and returns this process's buffers as any
   program does, and every process must run it at the same point.
+- ``program_text(fn, arg_specs, device, arg_shardings, name, form="hlo")``: the text
+  of the program ``compile`` would build from the same arguments, without compiling:
+  XLA's HLO before its optimizations (``"hlo"``, shardings as XLA reads them) or
+  jax's StableHLO (``"stablehlo"``).
 - ``mesh(device_ids, shape, axis_names)`` (ids index ``global_devices``),
   ``named_sharding(mesh, spec)``, ``place(buffer, sharding, shape=None)`` (a device
   buffer re-laid out, asynchronously; onto a sharding that spans processes, each
@@ -333,10 +337,24 @@ class PjrtRuntime(JobMethods):
         executable.mesh = mesh
         return executable
 
-    def _compile(
-        self, fn, arg_specs, device, arg_shardings, donate, name, keep_source=False, mesh=None
-    ) -> Executable:
-        self._check_fault("compile")
+    def program_text(
+        self,
+        fn: Callable[..., Sequence[jax.Array]],
+        arg_specs: Sequence[tuple[tuple[int, ...], str]],
+        device: Any = None,
+        arg_shardings: Sequence[Any] | None = None,
+        name: str | None = None,
+        form: str = "hlo",
+    ) -> str:
+        """The text of the program ``compile`` would build from the same arguments,
+        without compiling it: XLA's HLO before its optimizations (``"hlo"``, with the
+        shardings as XLA reads them) or jax's StableHLO (``"stablehlo"``)."""
+        if form not in ("hlo", "stablehlo"):
+            raise ValueError(f"lazax: a program's text is 'hlo' or 'stablehlo', not {form!r}")
+        lowered = self._lower(fn, arg_specs, device, arg_shardings, (), name)
+        return lowered.compiler_ir("hlo").as_hlo_text() if form == "hlo" else lowered.as_text()
+
+    def _lower(self, fn, arg_specs, device, arg_shardings, donate, name, mesh=None):
         if name:
             # jax names the XLA module (dumps, profiles) after the function:
             # ``jit_<name>``, not every program ``jit_fn``.
@@ -361,7 +379,13 @@ class PjrtRuntime(JobMethods):
             # The caller donates only arguments that an output can take over; where XLA
             # still declines one (a layout it prefers), that costs memory, not results.
             warnings.filterwarnings("ignore", message=_UNUSABLE_DONATION)
-            lowered = jax.jit(fn, donate_argnums=tuple(donate), **jit_options).lower(*avals)
+            return jax.jit(fn, donate_argnums=tuple(donate), **jit_options).lower(*avals)
+
+    def _compile(
+        self, fn, arg_specs, device, arg_shardings, donate, name, keep_source=False, mesh=None
+    ) -> Executable:
+        self._check_fault("compile")
+        lowered = self._lower(fn, arg_specs, device, arg_shardings, donate, name, mesh)
         num_outputs = len(lowered.out_info)
         self._compiled = True
         target = device or self.default_device

@@ -12,6 +12,9 @@ Contract:
   that differs from all ``limit`` already seen, naming where its operations leave the
   seen graphs (compared as a trie, as torch_xla's detector does), the operation it has
   there and every operation the seen graphs have there.
+- The user's frame (``user_site``, ``user_location``: a program's default name, where
+  an error points) is the innermost one outside lazax, torch, the standard library and
+  the folders given to ``register_library_path`` (a library over lazax).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from lazax import ir
 
 __all__ = [
+    "register_library_path",
     "GraphCountSession",
     "GraphLimitExceeded",
     "TracedOp",
@@ -40,10 +44,23 @@ _STDLIB_ROOT = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
 _LAZAX_PART = os.sep + "lazax" + os.sep  # every lazax package lives under .../lazax/
 
 
+_LIBRARY_ROOTS = [_TORCH_ROOT, _STDLIB_ROOT]
+
+
+def register_library_path(path: str) -> None:
+    """Frames of files under ``path`` are a library's, not its user's: programs and
+    errors name the first frame outside it (a library over lazax, as torch_xla's API
+    is, registers its folder on import, before its first op)."""
+    root = os.path.join(os.path.abspath(path), "")
+    if root not in _LIBRARY_ROOTS:
+        _LIBRARY_ROOTS.append(root)
+
+
 def _is_library(filename: str) -> bool:
-    """Frames of lazax, torch or the standard library: not where the user's code is."""
+    """Frames of lazax, torch, the standard library or a registered library: not where
+    the user's code is."""
     path = os.path.abspath(filename)
-    return _LAZAX_PART in path or path.startswith((_TORCH_ROOT, _STDLIB_ROOT))
+    return _LAZAX_PART in path or path.startswith(tuple(_LIBRARY_ROOTS))
 
 
 def user_frames() -> list[traceback.FrameSummary]:

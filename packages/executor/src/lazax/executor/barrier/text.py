@@ -1,0 +1,63 @@
+"""The program a set of tensors would run, as text, without running or compiling it.
+
+Contract: ``program_text(tensors, form="hlo")`` builds the graph whose outputs are
+these tensors' values, pending or not (a tensor that holds device data is a program
+that returns its input), lowers it as the barrier would (the same parameters, Python
+numbers packed, SPMD input shardings and ``mark_sharding`` constraints) and returns
+the text of that program: XLA's HLO before its optimizations (``"hlo"``: what torch_xla
+prints for ``_get_xla_tensors_hlo``, with every sharding as XLA reads it) or jax's
+StableHLO (``"stablehlo"``). Nothing executes, nothing compiles, no counter moves and
+the tensors stay pending: the next sync runs them as if this was never asked. All
+tensors must live on one ``lazax:N`` device (or one mesh); a graph with collectives
+between a job's processes has no text of its own here (``ValueError``).
+"""
+
+from __future__ import annotations
+
+from lazax import ir
+
+from ..state.values import ir_value
+from .executor import EXECUTOR
+from .lower import lower
+from .placement import placement
+
+__all__ = ["program_text"]
+
+
+def program_text(tensors, form: str = "hlo") -> str:
+    """The text of the program of ``tensors`` (see the module's contract)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("lazax: program_text needs at least one lazax tensor")
+    devices = set()
+    for t in tensors:
+        storage = getattr(t, "_lz_storage", None)
+        if storage is None:
+            raise TypeError(
+                f"lazax: program_text takes lazax tensors; found a tensor on {t.device}"
+            )
+        devices.add(storage.device_index)
+    if len(devices) > 1:
+        raise ValueError(
+            f"lazax: the tensors live on several devices ({sorted(devices)}), and each "
+            "device runs a program of its own; ask for one device's tensors at a time"
+        )
+    (index,) = devices
+    graph = ir.collect([ir_value(t) for t in tensors])
+    runtime = EXECUTOR.compiler.runtime
+    placed = placement(graph, runtime)
+    fn, arg_specs = lower(graph)
+    if fn.per_process:
+        raise ValueError(
+            "lazax: these tensors' program holds collectives between the job's processes, "
+            "which every process runs together; dump it instead (lx.dump_graphs)"
+        )
+    shardings = None if placed is None else fn.packing.shardings(placed[1])
+    return runtime.program_text(
+        fn,
+        arg_specs,
+        device=runtime.devices[index] if index else None,
+        arg_shardings=shardings,
+        name=EXECUTOR.program_name(graph.roots, False),
+        form=form,
+    )
