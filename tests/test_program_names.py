@@ -57,6 +57,7 @@ def test_a_lazy_sync_is_named_after_the_users_line(compiled):
 def test_a_library_over_lazax_is_skipped_for_its_users_line(compiled, tmp_path, monkeypatch):
     (tmp_path / "trainer_lib.py").write_text(
         "import lazax.modes as lx\n\ndef run_step(t):\n    t.mul_(3)\n    lx.sync()\n"
+        "\n\ndef pick(t, i):\n    return t[i]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     import trainer_lib
@@ -64,11 +65,16 @@ def test_a_library_over_lazax_is_skipped_for_its_users_line(compiled, tmp_path, 
     t = torch.randn(6, 2).to(DEV)
     lx.sync()
     trainer_lib.run_step(t)  # not yet a library: the program is named after its line
+    trainer_lib.pick(t, torch.tensor([0]).to(DEV)).cpu()
     lx.register_library_path(str(tmp_path))
     t.add_(1)
     trainer_lib.run_step(t)
     names = [e.name for e in compiled]
     assert names[0] == "trainer_lib.py:5:run_step"
+    # a device-side check names the user's line too, though the file was seen before
+    x = torch.arange(5.0).to(DEV)
+    with pytest.raises(IndexError, match="test_program_names.py"):
+        trainer_lib.pick(x, torch.tensor([7]).to(DEV)).cpu()
     assert names[1].startswith("test_program_names.py:")
     assert names[1].endswith(":test_a_library_over_lazax_is_skipped_for_its_users_line")
 

@@ -152,3 +152,17 @@ def test_program_text_is_the_pending_program_and_runs_nothing():
         lx.program_text([y], form="optimized")
     with pytest.raises(TypeError, match="lazax tensors"):
         lx.program_text([x])
+
+
+def test_program_text_of_a_view_leaves_the_base_free_to_donate():
+    base = torch.arange(12.0).reshape(3, 4).to(DEV)
+    view = base[1]
+    lx.sync()
+    base.mul_(2)
+    assert "multiply(" in lx.program_text([view])
+    donated = lx.metrics.counter_value("DonatedBuffers") or 0
+    lx.sync()
+    assert (lx.metrics.counter_value("DonatedBuffers") or 0) == donated + 1
+    torch.testing.assert_close(view.cpu(), torch.arange(4.0, 8.0) * 2)
+    with pytest.raises(TypeError, match="found float"):
+        lx.program_text([1.0])

@@ -193,6 +193,39 @@ def test_a_compiled_function_that_writes_an_uneven_input_keeps_its_split(mesh_1x
     torch.testing.assert_close(total.cpu(), full.sum(), rtol=1e-5, atol=1e-5)
 
 
+def test_an_unsplit_input_written_beside_an_uneven_one_keeps_its_layout(mesh_1x8):
+    p, q = torch.randn(3, 9), torch.randn(3, 9)
+    pl, ql = p.to(DEV), q.to(DEV)
+    lx.mark_sharding(pl, mesh_1x8, (None, "model"))
+    lx.mark_sharding(ql, mesh_1x8, (None, None))
+    lx.sync()
+    pl.add_(1)
+    ql.add_(1)
+    lx.sync()
+    assert lx.get_sharding(ql) == lx.Sharding(mesh_1x8, (None, None))
+    compiled = torch.compile(lambda a, b: (a.add_(1), b.add_(1), a.sum())[2], backend="lazax")
+    compiled(pl, ql)
+    lx.sync()
+    compiles = counter("UncachedCompile")
+    compiled(pl, ql)
+    lx.sync()
+    assert counter("UncachedCompile") == compiles
+    assert lx.get_sharding(pl) == lx.Sharding(mesh_1x8, (None, "model"))
+    assert lx.get_sharding(ql) == lx.Sharding(mesh_1x8, (None, None))
+    torch.testing.assert_close(pl.cpu(), p + 3)
+    torch.testing.assert_close(ql.cpu(), q + 3)
+
+
+def test_program_text_shows_an_uneven_update_in_place_padded(mesh_1x8):
+    t = torch.randn(3, 9).to(DEV)
+    lx.mark_sharding(t, mesh_1x8, (None, "model"))
+    lx.sync()
+    t.mul_(2)
+    hlo = lx.program_text([t])
+    # in and out padded (9 columns over 8 devices: 16 held), as the sync runs it
+    assert "->f32[3,16]{1,0}}" in hlo.splitlines()[0]
+
+
 def test_a_device_loader_splits_a_batch_that_does_not_divide(mesh_1x8):
     batches = [(torch.randn(7, 3), torch.arange(7)) for _ in range(2)]
     loader = lx.DeviceLoader(batches, sharding=lx.Sharding(mesh_1x8, ("model",)))

@@ -49,6 +49,7 @@ from lazax import ir
 
 from ..config import settings
 from ..state.storage import is_storage
+from .debug import LIBRARY_FILES as _LIBRARY_FILES
 from .debug import _is_library
 
 __all__ = ["CHECKS", "is_check_error", "restored_if_check_fails", "trace_site"]
@@ -57,7 +58,6 @@ __all__ = ["CHECKS", "is_check_error", "restored_if_check_fails", "trace_site"]
 # queue when the host runs far ahead of the device).
 MAX_UNREAD = 4
 
-_LIBRARY_FILES: dict[str, bool] = {}
 # Code that torch generates (FX graph modules) or Python freezes: not the user's.
 _GENERATED = ("<eval_with_key", "<frozen", "<string>")
 

@@ -45,6 +45,9 @@ _LAZAX_PART = os.sep + "lazax" + os.sep  # every lazax package lives under .../l
 
 
 _LIBRARY_ROOTS = [_TORCH_ROOT, _STDLIB_ROOT]
+# File name -> whether it is a library's (``checks.trace_site``'s per-op cache): emptied
+# when a library registers, so a file seen before is asked again.
+LIBRARY_FILES: dict[str, bool] = {}
 
 
 def register_library_path(path: str) -> None:
@@ -54,6 +57,7 @@ def register_library_path(path: str) -> None:
     root = os.path.join(os.path.abspath(path), "")
     if root not in _LIBRARY_ROOTS:
         _LIBRARY_ROOTS.append(root)
+        LIBRARY_FILES.clear()
 
 
 def _is_library(filename: str) -> bool:

@@ -11,10 +11,10 @@ sharded), checked on every call. ``kept_layouts(graph, written)``: for ``lower``
 uneven result replicated: a root that replaces an input held padded (split unevenly;
 ``written`` maps the root's index to the id of the device-data leaf it replaces: the
 barrier's ``written_leaves(targets)``, a replay's written arguments) keeps that input's
-split, an update in place;
-another root of the same shape and dtype as padded inputs that all have one split takes
-that split (a gradient or an optimizer state of an unevenly split parameter, as XLA's
-propagation splits those of an evenly split one).
+split, an update in place; a new root (no input written) of the same shape and dtype
+as padded inputs that all have one split takes that split (a gradient or an optimizer
+state of an unevenly split parameter, as XLA's propagation splits those of an evenly
+split one).
 """
 
 from __future__ import annotations
@@ -116,7 +116,9 @@ def kept_layouts(graph: ir.Graph, written: dict[int, int]) -> dict[int, object] 
         if i is not None and graph.roots[k].spec == params[i].specs[0]:
             out[k] = params[i].data.sharding
     for k, r in enumerate(graph.roots):
+        if k in written:  # a written input that is not padded keeps its own layout
+            continue
         shardings = by_spec.get(r.spec)
-        if k not in out and shardings is not None and len(shardings) == 1:
+        if shardings is not None and len(shardings) == 1:
             out[k] = next(iter(shardings))
     return out

@@ -6,8 +6,10 @@ that returns its input), lowers it as the barrier would (the same parameters, Py
 numbers packed, SPMD input shardings and ``mark_sharding`` constraints) and returns
 the text of that program: XLA's HLO before its optimizations (``"hlo"``: what torch_xla
 prints for ``_get_xla_tensors_hlo``, with every sharding as XLA reads it) or jax's
-StableHLO (``"stablehlo"``). Nothing executes, nothing compiles, no counter moves and
-the tensors stay pending: the next sync runs them as if this was never asked. All
+StableHLO (``"stablehlo"``). Which inputs the sync would donate (an output written
+over its input's buffer) is decided at the sync and not shown. Nothing executes,
+nothing compiles, no counter moves and the tensors stay pending: the next sync runs
+them as if this was never asked (a view's value is built for the look, not kept). All
 tensors must live on one ``lazax:N`` device (or one mesh); a graph with collectives
 between a job's processes has no text of its own here (``ValueError``).
 """
@@ -16,10 +18,10 @@ from __future__ import annotations
 
 from lazax import ir
 
-from ..state.values import ir_value
+from ..state.values import peek_value
 from .executor import EXECUTOR
 from .lower import lower
-from .placement import placement
+from .placement import kept_layouts, placement, written_leaves
 
 __all__ = ["program_text"]
 
@@ -33,9 +35,8 @@ def program_text(tensors, form: str = "hlo") -> str:
     for t in tensors:
         storage = getattr(t, "_lz_storage", None)
         if storage is None:
-            raise TypeError(
-                f"lazax: program_text takes lazax tensors; found a tensor on {t.device}"
-            )
+            found = f"a tensor on {t.device}" if hasattr(t, "device") else type(t).__name__
+            raise TypeError(f"lazax: program_text takes lazax tensors; found {found}")
         devices.add(storage.device_index)
     if len(devices) > 1:
         raise ValueError(
@@ -43,10 +44,13 @@ def program_text(tensors, form: str = "hlo") -> str:
             "device runs a program of its own; ask for one device's tensors at a time"
         )
     (index,) = devices
-    graph = ir.collect([ir_value(t) for t in tensors])
+    graph = ir.collect([peek_value(t) for t in tensors])
     runtime = EXECUTOR.compiler.runtime
     placed = placement(graph, runtime)
-    fn, arg_specs = lower(graph)
+    # What each root would replace at a sync: a whole tensor's storage (a view's value
+    # is a new one), so that an input held padded comes back padded, as it would.
+    targets = [t._lz_storage if t._lz_view is None else None for t in tensors]
+    fn, arg_specs = lower(graph, None, kept_layouts(graph, written_leaves(targets)))
     if fn.per_process:
         raise ValueError(
             "lazax: these tensors' program holds collectives between the job's processes, "
