@@ -142,13 +142,16 @@ def test_program_text_is_the_pending_program_and_runs_nothing():
     assert hlo.startswith("HloModule") and "multiply(" in hlo and "maximum(" in hlo
     assert "f32[4,5]{1,0} parameter(0)" in hlo and "ROOT" in hlo
     assert "stablehlo.multiply" in lx.program_text([y], form="stablehlo")
+    ir_text = lx.program_text([y], form="lazax")
+    assert ir_text.startswith("# graph ") and "aten::relu" in ir_text
+    assert ir_text.splitlines()[-1].startswith("return (")
     # a tensor that holds device data: a program that returns its input
     assert "f32[4,5]{1,0} parameter(0)" in lx.program_text([xl])
     assert (lx.metrics.counter_value("UncachedCompile") or 0) == compiles
     assert (lx.metrics.metric_data("ExecuteTime") or (0,))[0] == executions
     assert not lx.holds_device_data(y)
     torch.testing.assert_close(y.cpu(), (x * 2.5).relu().sum(0))
-    with pytest.raises(ValueError, match="'hlo' or 'stablehlo'"):
+    with pytest.raises(ValueError, match="one of"):
         lx.program_text([y], form="optimized")
     with pytest.raises(TypeError, match="lazax tensors"):
         lx.program_text([x])

@@ -98,6 +98,7 @@ def test_tensors_hlo_is_the_next_syncs_program_with_its_shardings():
     hlo = xlac._get_xla_tensors_hlo([y])
     # named after this line, as a sync here would be, not after the package's frames
     assert hlo.startswith("HloModule jit_test_internals.py_") and "multiply(" in hlo
+    assert "aten::mul" in xlac._get_xla_tensors_text([y])  # lazax's IR of it
     assert not lx.holds_device_data(y)  # nothing ran
     torch.testing.assert_close(y.cpu(), torch.arange(32.0).reshape(4, 8) * 3)
     if lx.global_device_count() >= 2:

@@ -25,6 +25,8 @@ Contract:
   program that computes these tensors, with its shardings, as the next sync would
   compile it (``lx.program_text``); nothing runs. The instruction names are XLA's as
   jax lowers the program, not torch_xla's (``%p0.1``, ``%custom-call.1``).
+  ``_get_xla_tensors_text(tensors)``: the same program as lazax's IR, one line per op
+  (``lx.program_text(form="lazax")``), not torch_xla's IR text.
 - ``_get_xla_tensor_debug_info(t)``: torch_xla's text about a tensor, from what lazax
   knows of it: its device, shape (``f32[5,3]``), sharding, and either ``IR: pending``
   with ``XLAData: None`` (its value is IR the next sync runs) or ``IR: None`` and the
@@ -54,6 +56,7 @@ __all__ = [
     "_get_xla_sharding_type",
     "_get_xla_tensor_debug_info",
     "_get_xla_tensors_hlo",
+    "_get_xla_tensors_text",
     "_init_computation_client",
     "_xla_get_all_devices",
     "_xla_get_default_device",
@@ -104,6 +107,10 @@ def _get_xla_sharding_type(t) -> int | None:
 
 def _get_xla_tensors_hlo(tensors) -> str:
     return lx.program_text([unwrap(t) for t in tensors], form="hlo")
+
+
+def _get_xla_tensors_text(tensors) -> str:
+    return lx.program_text([unwrap(t) for t in tensors], form="lazax")
 
 
 # XLA's primitive type names, as its shapes print them (f32[5,3]).

@@ -6,12 +6,14 @@ that returns its input), lowers it as the barrier would (the same parameters, Py
 numbers packed, SPMD input shardings and ``mark_sharding`` constraints) and returns
 the text of that program: XLA's HLO before its optimizations (``"hlo"``: what torch_xla
 prints for ``_get_xla_tensors_hlo``, with every sharding as XLA reads it) or jax's
-StableHLO (``"stablehlo"``). Which inputs the sync would donate (an output written
-over its input's buffer) is decided at the sync and not shown. Nothing executes,
-nothing compiles, no counter moves and the tensors stay pending: the next sync runs
-them as if this was never asked (a view's value is built for the look, not kept). All
-tensors must live on one ``lazax:N`` device (or one mesh); a graph with collectives
-between a job's processes has no text of its own here (``ValueError``).
+StableHLO (``"stablehlo"``), or lazax's own IR of the graph before lowering
+(``"lazax"``: one line per node, as ``lx.dump_graphs`` writes it). Which inputs the
+sync would donate (an output written over its input's buffer) is decided at the sync
+and not shown. Nothing executes, nothing compiles, no counter moves and the tensors
+stay pending: the next sync runs them as if this was never asked (a view's value is
+built for the look, not kept). All tensors must live on one ``lazax:N`` device (or
+one mesh); a graph with collectives between a job's processes has no HLO of its own
+here (``ValueError``).
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ from .placement import kept_layouts, placement, written_leaves
 
 __all__ = ["program_text"]
 
+_FORMS = ("hlo", "stablehlo", "lazax")
+
 
 def program_text(tensors, form: str = "hlo") -> str:
     """The text of the program of ``tensors`` (see the module's contract)."""
+    if form not in _FORMS:
+        raise ValueError(f"lazax: a program's text is one of {_FORMS}, not {form!r}")
     tensors = list(tensors)
     if not tensors:
         raise ValueError("lazax: program_text needs at least one lazax tensor")
@@ -45,6 +51,8 @@ def program_text(tensors, form: str = "hlo") -> str:
         )
     (index,) = devices
     graph = ir.collect([peek_value(t) for t in tensors])
+    if form == "lazax":
+        return ir.dump(graph)
     runtime = EXECUTOR.compiler.runtime
     placed = placement(graph, runtime)
     # What each root would replace at a sync: a whole tensor's storage (a view's value
