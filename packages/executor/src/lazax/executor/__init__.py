@@ -35,11 +35,10 @@ from .barrier.debug import (  # noqa: E402
 )
 from .barrier.executor import EXECUTOR, GraphExecutor  # noqa: E402
 from .barrier.lower import lower as lower_graph  # noqa: E402
-from .barrier.lower import lowered_text  # noqa: E402
 from .barrier.placement import place_arguments as place_sharded_arguments  # noqa: E402
 from .barrier.placement import placement as sharded_placement  # noqa: E402
 from .barrier.placement import signature as sharding_signature  # noqa: E402
-from .barrier.text import program_text  # noqa: E402
+from .barrier.text import lowered_text, program_text  # noqa: E402
 from .config import DEVICE_NAME  # noqa: E402
 from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
 from .dispatch.kernels import register_kernels  # noqa: E402

@@ -1,8 +1,7 @@
 """Lowering a graph: IR nodes -> one jax function, ready for ``runtime.compile``.
 
-Contract: ``lowered_text(graph)`` is the StableHLO of the graph's program, as the
-compile stage hands it to XLA (for tests and debugging). ``lower(graph, order=None)``
-returns ``(fn, arg_specs)``. ``fn(*args)`` takes the graph's
+Contract: ``lower(graph, order=None)`` returns ``(fn, arg_specs)`` (its text, without
+compiling: ``text.lowered_text``). ``fn(*args)`` takes the graph's
 parameters as ``fn.packing`` (``arguments.Packing``) arranges them (device data one by
 one, Python numbers packed in one array per dtype) and returns the roots' values, in
 order, or in ``order`` (root indices; ``donation.output_order``), and then
@@ -46,7 +45,7 @@ from ..ops.sharding import CONSTRAINTS, SHARD_OP
 from .arguments import Packing
 from .checks import CHECKS
 
-__all__ = ["LoweringError", "lower", "lowered_text"]
+__all__ = ["LoweringError", "lower"]
 
 
 class LoweringError(RuntimeError):
@@ -200,9 +199,3 @@ def lower(graph: ir.Graph, order: list[int] | None = None, layouts=None):
     fn.positions = positions
     fn.per_process = per_process
     return fn, packing.arg_specs
-
-
-def lowered_text(graph: ir.Graph) -> str:
-    fn, arg_specs = lower(graph)
-    avals = [jax.ShapeDtypeStruct(shape, numpy_dtype(dtype)) for shape, dtype in arg_specs]
-    return jax.jit(fn).lower(*avals).as_text()

@@ -13,7 +13,8 @@ and not shown. Nothing executes, nothing compiles, no counter moves and the tens
 stay pending: the next sync runs them as if this was never asked (a view's value is
 built for the look, not kept). All tensors must live on one ``lazax:N`` device (or
 one mesh); a graph with collectives between a job's processes has no HLO of its own
-here (``ValueError``).
+here (``ValueError``). ``lowered_text(graph, form="stablehlo")`` is the same for a
+collected graph (tests and tools that hold one: ``lx.testing.last_program``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .executor import EXECUTOR
 from .lower import lower
 from .placement import kept_layouts, placement, written_leaves
 
-__all__ = ["program_text"]
+__all__ = ["lowered_text", "program_text"]
 
 _FORMS = ("hlo", "stablehlo", "lazax")
 
@@ -53,12 +54,23 @@ def program_text(tensors, form: str = "hlo") -> str:
     graph = ir.collect([peek_value(t) for t in tensors])
     if form == "lazax":
         return ir.dump(graph)
-    runtime = EXECUTOR.compiler.runtime
-    placed = placement(graph, runtime)
     # What each root would replace at a sync: a whole tensor's storage (a view's value
     # is a new one), so that an input held padded comes back padded, as it would.
     targets = [t._lz_storage if t._lz_view is None else None for t in tensors]
-    fn, arg_specs = lower(graph, None, kept_layouts(graph, written_leaves(targets)))
+    layouts = kept_layouts(graph, written_leaves(targets))
+    name = EXECUTOR.program_name(graph.roots, False)
+    return lowered_text(graph, form, layouts, index, name)
+
+
+def lowered_text(
+    graph: ir.Graph, form: str = "stablehlo", layouts=None, device_index: int = 0, name=None
+) -> str:
+    """The text of ``graph``'s program as the sync would lower it for ``lazax:N``
+    (``layouts``: ``lower``'s), without compiling it; the module is ``jit_<name>``
+    (``jit_fn`` unnamed)."""
+    runtime = EXECUTOR.compiler.runtime
+    placed = placement(graph, runtime)
+    fn, arg_specs = lower(graph, None, layouts)
     if fn.per_process:
         raise ValueError(
             "lazax: these tensors' program holds collectives between the job's processes, "
@@ -68,8 +80,8 @@ def program_text(tensors, form: str = "hlo") -> str:
     return runtime.program_text(
         fn,
         arg_specs,
-        device=runtime.devices[index] if index else None,
+        device=runtime.devices[device_index] if device_index else None,
         arg_shardings=shardings,
-        name=EXECUTOR.program_name(graph.roots, False),
+        name=name,
         form=form,
     )

@@ -35,12 +35,9 @@ def ir_value(t) -> ir.Value:
 def peek_value(t) -> ir.Value:
     """``ir_value(t)``, without caching a new view value on ``t``."""
     storage = t._lz_storage
-    view = t._lz_view
-    if view is None:
-        return storage.value
-    if t._lz_seen != storage.version:
-        return view_gather(storage.value, view, t._lz_value.spec.dtype)
-    return t._lz_value
+    if t._lz_view is not None and t._lz_seen != storage.version:
+        return view_gather(storage.value, t._lz_view, t._lz_value.spec.dtype)
+    return ir_value(t)
 
 
 def write(t, value: ir.Value) -> None:
