@@ -13,7 +13,8 @@ inputs' pending IR): the dynamo bridge's engine. ``Storage``, ``Layout``,
 ``new_tensor``, ``new_alias``, ``rebind``, ``lower_graph``, ``sharded_placement``,
 ``place_sharded_arguments`` and ``sharding_signature`` are for front-ends that build
 graphs themselves, with ``CHECKS`` and ``checked_ops``. ``Mesh``, ``mark_sharding``,
-``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD. The package's folders
+``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD; ``enable_manual_sharding``,
+``disable_manual_sharding``, ``manual_mesh`` and ``shard_map``: per-device code inside it. The package's folders
 are its stages, in import order (see the README).
 """
 
@@ -49,6 +50,12 @@ from .distributed.process_group import (  # noqa: E402
     LazaxProcessGroup,
     process_group_made,
     traced_backward_setting,
+)
+from .distributed.manual import (  # noqa: E402
+    disable_manual_sharding,
+    enable_manual_sharding,
+    manual_mesh,
+    shard_map,
 )
 from .distributed.sharded_checkpoint import load as load_sharded  # noqa: E402
 from .distributed.sharded_checkpoint import save as save_sharded  # noqa: E402
@@ -165,6 +172,8 @@ __all__ = [
     "clear_sharding",
     "describe_graph",
     "device",
+    "disable_manual_sharding",
+    "enable_manual_sharding",
     "from_cpu",
     "from_jax",
     "get_lowering",
@@ -177,6 +186,7 @@ __all__ = [
     "load_sharded",
     "lowering",
     "mark_sharding",
+    "manual_mesh",
     "metrics",
     "new_alias",
     "new_tensor",
@@ -192,6 +202,7 @@ __all__ = [
     "replay_signature",
     "Shard",
     "shard_shapes",
+    "shard_map",
     "shards",
     "storage_of",
     "holds_device_data",

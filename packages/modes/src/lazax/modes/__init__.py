@@ -9,6 +9,7 @@ lx.metrics.counter_value("CachedCompile")
 
 mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))   # SPMD over 8 devices
 lx.mark_sharding(weight, mesh, (None, "model"))       # XLA's partitioner splits it
+lx.shard_map(fn, mesh, in_specs, out_specs)(x)        # fn on each device's own piece
 lx.max_memory_allocated()                             # device memory, as torch.cuda's
 for x, y in lx.DeviceLoader(data_loader): ...         # batches moved while the step runs
 
@@ -27,14 +28,18 @@ from lazax.executor import (
     TracedOp,
     call_jax,
     clear_sharding,
+    disable_manual_sharding,
+    enable_manual_sharding,
     from_jax,
     get_sharding,
     holds_device_data,
+    manual_mesh,
     mark_sharding,
     program_text,
     register_library_path,
     register_lowering,
     scan_layers,
+    shard_map,
     shard_shapes,
     shards,
     to_jax,
@@ -66,15 +71,18 @@ __all__ = [
     "device",
     "device_count",
     "device_type",
+    "disable_manual_sharding",
     "distributed",
     "dump_graphs",
     "eager_mode",
     "eager_mode_context",
+    "enable_manual_sharding",
     "from_jax",
     "get_sharding",
     "global_device_count",
     "holds_device_data",
     "is_eager_mode",
+    "manual_mesh",
     "mark_sharding",
     "max_memory_allocated",
     "memory_allocated",
@@ -90,6 +98,7 @@ __all__ = [
     "scan_layers",
     "set_persistent_cache_dir",
     "Shard",
+    "shard_map",
     "shard_shapes",
     "shards",
     "sync",

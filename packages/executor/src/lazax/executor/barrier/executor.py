@@ -22,6 +22,10 @@ execution that fails synchronously has consumed nothing, so the rule above still
 per-op sync) leaves the views of a synced storage holding their IR (it does not bump
 the storage version), which is all an op's fresh outputs need.
 ``sync()`` syncs every live storage with pending IR in one graph.
+Manual sharding (``ops.manual``): a value that differs per device has no value a
+storage could hold, so it stays pending: ``sync()`` and eager mode's syncs
+(``hold_manual=True``) leave it out, and any other sync of it (a read, a move) raises
+``RuntimeError`` before anything runs, asking for ``disable_manual_sharding``.
 Device-side checks (``checks``): a program's flags are queued after it runs; each
 sync first reads those that are ready, and every read to the host reads them all, so
 a bad index raises at the first sync or read after its graph ran.
@@ -40,6 +44,7 @@ from lazax import ir, pjrt
 
 from .. import metrics
 from ..config import settings
+from ..ops.manual import MANUAL
 from ..profiling import span
 from ..state.storage import COMMIT_LOCK, DEVICES_IN_USE, PENDING, by_device, is_storage
 from ..state.values import ir_value
@@ -162,7 +167,12 @@ class GraphExecutor:
         return user_site()
 
     # -- the barrier ---------------------------------------------------------------
-    def sync_tensors_graph(self, tensors, wait: bool = False, sync_ltc_data: bool = True):
+    def sync_tensors_graph(
+        self, tensors, wait: bool = False, sync_ltc_data: bool = True, hold_manual: bool = False
+    ):
+        """``hold_manual``: leave per-device values pending (see the contract)."""
+        if hold_manual and MANUAL.active:
+            tensors = [t for t in tensors if MANUAL.of(ir_value(t).node) is None]
         with self.sync_lock:
             self.poll_checks()
             self._sync_tensors(tensors, sync_ltc_data)
@@ -216,12 +226,16 @@ class GraphExecutor:
             self.poll_checks()
             return self.run_graph(list(roots), device_index=device_index)
 
-    def sync_storages(self, storages) -> None:
+    def sync_storages(self, storages, hold_manual: bool = False) -> None:
         """Run the pending IR of these storages as one graph (an eager in-place write:
-        the base is what changed, whether the write went through a view or not)."""
+        the base is what changed, whether the write went through a view or not).
+        ``hold_manual``: leave per-device values pending (see the contract)."""
         seen: set[int] = set()
         pending = []
+        hold = hold_manual and MANUAL.active
         for s in storages:
+            if hold and s.pending and MANUAL.of(s.value.node) is not None:
+                continue
             if s.pending and id(s) not in seen:
                 seen.add(id(s))
                 pending.append(s)
@@ -241,6 +255,10 @@ class GraphExecutor:
         with self.sync_lock:
             self.poll_checks()
             storages = PENDING.take()
+            if MANUAL.active:  # per-device values stay pending (see the contract)
+                storages, held = MANUAL.split(storages)
+                PENDING.restore(held)
+                del held
             for index, group in by_device(storages) if storages else ():
                 roots = [s.value for s in group]
                 try:
@@ -296,6 +314,13 @@ class GraphExecutor:
         holds ``sync_lock`` until the results are in place."""
         if self.capture_guard is not None:  # before hooks and counters see a graph
             self.capture_guard("an execution")
+        if MANUAL.active and MANUAL.meshes([r.node for r in roots]):
+            raise RuntimeError(
+                "lazax: this tensor holds a value that differs per device (it is computed "
+                "from enable_manual_sharding's result inside manual sharding), so it has "
+                "no single value to read, move or sync; call disable_manual_sharding on "
+                "it first"
+            )
         # A span per sync, named as its program, while a profiler records (else free).
         with span("sync", lambda: self.program_name(roots, self.eager)):
             compiler = self.compiler

@@ -41,6 +41,7 @@ from lazax import ir
 from lazax.pjrt import numpy_dtype, padded, padded_shape
 
 from ..ops import LoweringContext, get_lowering
+from ..ops.manual import MANUAL_ENTER, MANUAL_EXIT, enter, exit_, per_device
 from ..ops.sharding import CONSTRAINTS, SHARD_OP
 from .arguments import Packing
 from .checks import CHECKS
@@ -115,6 +116,22 @@ def _run(instr, operands: list, checks: list | None = None, unread: frozenset = 
     return fixed
 
 
+_MANUAL_OPS = frozenset((MANUAL_ENTER, MANUAL_EXIT))
+
+
+def _run_manual(manual: tuple, instr, operands: list, unread: frozenset) -> list:
+    """One node that manual sharding touches (``_manual_step``), as ``jax.shard_map``
+    calls (``ops.manual``). Device-side checks are not made inside: a check's flag
+    would itself differ per device."""
+    kind = manual[0]
+    if kind == "enter":
+        return [enter(operands[0], manual[1])]
+    if kind == "exit":
+        return [exit_(operands[0], manual[1], manual[2], manual[3])]
+    _, mesh, flags = manual
+    return per_device(lambda own: _run(instr, own, None, unread), mesh, operands, flags, len(instr[3]))
+
+
 def _read_outputs(graph: ir.Graph) -> dict[int, set[int]]:
     """Per multi-output node (by id), the indices of its outputs something reads."""
     read: dict[int, set[int]] = {}
@@ -140,6 +157,33 @@ def _padded_roots(graph: ir.Graph, layouts) -> dict[int, object]:
     return out
 
 
+def _manual_step(node: ir.Node, operand_slots: list, mesh_of: dict):
+    """How ``node`` runs if manual sharding touches it (``ops.manual``): ``("enter",
+    sharding)``, ``("exit", sharding, per-device operand, summed)`` or ``("per_device",
+    mesh, per-device flag per operand)``; None for an op on single values. Records the
+    mesh of its per-device output in ``mesh_of`` (slot -> jax mesh)."""
+    if node.op == MANUAL_ENTER:
+        sharding = CONSTRAINTS[node.attrs[0][1]]
+        return ("enter", sharding), sharding.mesh
+    meshes = [mesh_of.get(s) for s, _ in operand_slots]
+    if node.op == MANUAL_EXIT:
+        _, key, summed = node.attrs[0]
+        return ("exit", CONSTRAINTS[key], meshes[0] is not None, summed), None
+    distinct = []
+    for m in meshes:
+        if m is not None and m not in distinct:
+            distinct.append(m)
+    if not distinct:
+        return None, None
+    if len(distinct) > 1:
+        raise LoweringError(
+            f"{node.op} takes per-device values of two meshes (enable_manual_sharding "
+            f"over different meshes); disable_manual_sharding one of them first"
+        )
+    (mesh,) = distinct
+    return ("per_device", mesh, [m is not None for m in meshes]), mesh
+
+
 def lower(graph: ir.Graph, order: list[int] | None = None, layouts=None):
     slot_of: dict[int, int] = {}
     for i, p in enumerate(graph.parameters):
@@ -148,20 +192,31 @@ def lower(graph: ir.Graph, order: list[int] | None = None, layouts=None):
     next_slot = len(graph.parameters)
     positions = graph.positions
     read = _read_outputs(graph)
+    mesh_of: dict[int, object] = {}  # slot -> the mesh of its per-device value
     for node in graph.nodes:
         if id(node) in slot_of:
             continue
         operand_slots = []
         for v in node.operands:
             operand_slots.append((slot_of[id(v.node)], v.index))
-        instr = _instruction(node)
-        checked = positions[id(node)] if instr[0].checked else None
+        manual = None
+        if node.op in _MANUAL_OPS or mesh_of:
+            manual, mesh = _manual_step(node, operand_slots, mesh_of)
+            if mesh is not None:
+                mesh_of[next_slot] = mesh
+        instr = _instruction(node) if node.op not in _MANUAL_OPS else None
+        checked = positions[id(node)] if instr and instr[0].checked and not manual else None
         n_out = len(node.specs)
         unread = frozenset(range(n_out)) - read.get(id(node), set()) if n_out > 1 else frozenset()
-        program.append((instr, operand_slots, next_slot, checked, unread))
+        program.append((instr, operand_slots, next_slot, checked, unread, manual))
         slot_of[id(node)] = next_slot
         next_slot += 1
     roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
+    if any(s in mesh_of for s, _ in roots):
+        raise LoweringError(
+            "a value that differs per device (computed from enable_manual_sharding's "
+            "result) cannot leave the program; disable_manual_sharding it first"
+        )
     pads = _padded_roots(graph, layouts)
     # Per output, the sharding it is padded for (None: returned as computed).
     out_pads = [pads.get(k) for k in range(len(roots))]
@@ -173,16 +228,20 @@ def lower(graph: ir.Graph, order: list[int] | None = None, layouts=None):
         for position, k in enumerate(order):
             positions[k] = position
     packing = Packing(graph.parameters)
-    per_process = any(instr[0].collective for instr, *_ in program)
+    per_process = any(instr is not None and instr[0].collective for instr, *_ in program)
 
     def fn(*args):
         env: list = [(p,) for p in packing.unpack(args)] + [None] * len(program)
         enabled = CHECKS.enabled
         rows: list = []
         fn.checks = []  # filled anew by each trace
-        for instr, operand_slots, slot, position, unread in program:
+        for instr, operand_slots, slot, position, unread, manual in program:
+            operands = [env[s][i] for s, i in operand_slots]
+            if manual is not None:
+                env[slot] = _run_manual(manual, instr, operands, unread)
+                continue
             checks = [] if enabled and position is not None else None
-            env[slot] = _run(instr, [env[s][i] for s, i in operand_slots], checks, unread)
+            env[slot] = _run(instr, operands, checks, unread)
             for bad, value, error, message in checks or ():
                 rows.append(jnp.stack([bad.astype(jnp.int64), value]))
                 fn.checks.append((position, error, message))

@@ -21,10 +21,14 @@ from __future__ import annotations
 
 from lazax import ir
 
+from ..ops.manual import MANUAL_ENTER, MANUAL_EXIT
 from ..ops.sharding import ACTIVE, CONSTRAINTS, SHARD_OP
 from ..state.storage import is_storage
 
 __all__ = ["kept_layouts", "place_arguments", "placement", "signature", "written_leaves"]
+
+
+_MESH_OPS = frozenset((SHARD_OP, MANUAL_ENTER, MANUAL_EXIT))
 
 
 def placement(graph: ir.Graph, runtime):
@@ -47,7 +51,7 @@ def placement(graph: ir.Graph, runtime):
     # ``reached``, not ``nodes``: the post-order ``nodes`` is computed on first use and
     # kept on the graph, one more holder of every node, which would stop donation.
     for node in graph.reached:
-        if node.op == SHARD_OP:
+        if node.op in _MESH_OPS:  # a constraint, or manual sharding's ends
             mesh = mesh or CONSTRAINTS[node.attrs[0][1]].mesh
     if mesh is None:
         if spread:

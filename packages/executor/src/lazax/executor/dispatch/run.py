@@ -36,6 +36,7 @@ from lazax.pjrt import numpy_dtype
 from ..barrier.checks import CHECKS, restored_if_check_fails, trace_site
 from ..barrier.executor import EXECUTOR
 from ..metrics import TRACED_OPS
+from ..ops.manual import MANUAL
 from ..state.layout import Layout
 from ..state.rng import RNG
 from ..state.storage import DEVICES_IN_USE
@@ -143,10 +144,10 @@ def run_in_place(plan: OpPlan, args: tuple, kwargs: dict):
     if written:  # (storages, their values before the write if the op checks values)
         storages, before = written
         if before is None:
-            EXECUTOR.sync_storages(storages)
+            EXECUTOR.sync_storages(storages, hold_manual=True)
         else:
             with restored_if_check_fails(before):
-                EXECUTOR.sync_storages(storages)
+                EXECUTOR.sync_storages(storages, hold_manual=True)
     return result
 
 
@@ -243,7 +244,10 @@ def run_plan(
         storage = args[plan.alias_source]._lz_storage
         made = [new_alias(v, lay, storage) for v, lay in zip(outputs, layouts)]
         return made[0] if info.result == 0 else _rebuild(info.result, made)
-    if EXECUTOR.eager:
+    eager = EXECUTOR.eager
+    if MANUAL.active:  # a value that differs per device waits for disable_manual_sharding
+        eager = _single_valued(node, plan.op_name) and eager
+    if eager:
         # Run first, then hand out tensors that hold the results: no pending IR to
         # register and settle, nothing to donate (no tensor holds the outputs yet), and
         # a failure leaves nothing behind.
@@ -257,6 +261,18 @@ def run_plan(
     if result == 0:
         return made[0]
     return _rebuild(result, made)
+
+
+def _single_valued(node: ir.Node, op_name: str) -> bool:
+    """Whether ``node`` computes one value, not one per device (``ops.manual``)."""
+    meshes = MANUAL.meshes([v.node for v in node.operands])
+    if len(meshes) > 1:
+        raise ValueError(
+            f"{op_name}: its operands differ per device over two meshes (each is "
+            f"computed from an enable_manual_sharding over its own mesh); "
+            f"disable_manual_sharding one of them first"
+        )
+    return not meshes
 
 
 def _warn_unbounded_graph(depth: int) -> None:
@@ -292,5 +308,6 @@ def _rebuild(template, made: list):
 
 
 def apply_eager_sync(tensors) -> None:
-    """Eager mode: run just these new values now, without blocking."""
-    EXECUTOR.sync_tensors_graph(tensors, wait=False, sync_ltc_data=False)
+    """Eager mode: run just these new values now, without blocking (a value that differs
+    per device stays pending)."""
+    EXECUTOR.sync_tensors_graph(tensors, wait=False, sync_ltc_data=False, hold_manual=True)

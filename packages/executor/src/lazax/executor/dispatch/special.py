@@ -64,7 +64,7 @@ def _copy_(args, kwargs):
         return dst
     _write_copy(dst, src)
     if EXECUTOR.eager:  # after _write_copy's frame, which held the new IR, is gone
-        EXECUTOR.sync_storages([dst._lz_storage])
+        EXECUTOR.sync_storages([dst._lz_storage], hold_manual=True)
     return dst
 
 
@@ -111,7 +111,7 @@ def resize_out(out: LazyTensor, value: LazyTensor) -> None:
         src = copy_to(src, shape, dtype)
     resize_to(out, shape, src)
     if EXECUTOR.eager:
-        EXECUTOR.sync_storages([out._lz_storage])
+        EXECUTOR.sync_storages([out._lz_storage], hold_manual=True)
 
 
 _TO_COPY_PLAN = OpPlan(aten._to_copy.default, "aten::_to_copy", FUNCTIONAL)

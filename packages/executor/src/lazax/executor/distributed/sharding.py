@@ -34,6 +34,7 @@ from lazax import ir
 
 from .. import metrics
 from ..barrier.executor import EXECUTOR
+from ..ops.manual import MANUAL, MANUAL_EXIT
 from ..ops.sharding import ACTIVE, CONSTRAINTS, SHARD_OP
 from ..tensor.lazy import LazyTensor
 
@@ -42,7 +43,9 @@ __all__ = [
     "Sharding",
     "as_sharding",
     "clear_sharding",
+    "constraint",
     "get_sharding",
+    "lazax_mesh",
     "mark_sharding",
     "normalize",
     "owning",
@@ -176,21 +179,38 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
     # A dimension that does not divide is held padded (``lazax.pjrt.padded_shape``),
     # within this process's devices; jax builds no uneven array across processes.
     spec = normalize(mesh, partition_spec, tuple(t.shape), runtime.process_count > 1)
-    named = mesh.shardings.get(spec)
-    if named is None:  # one sharding object per layout (jax compares them often)
-        named = mesh.shardings[spec] = runtime.named_sharding(mesh.jax_mesh, spec)
-        metrics.bump("CreateOpSharding")
-    register_mesh(named.mesh, mesh)
     storage = t._lz_storage
+    if MANUAL.active and storage.pending and MANUAL.of(storage.value.node) is not None:
+        raise ValueError(
+            "mark_sharding: the tensor holds a value per device (inside manual sharding), "
+            "which has no layout; disable_manual_sharding it first"
+        )
+    key, named = constraint(mesh, spec)
     if storage.pending:
-        key = f"{mesh.key}{spec}"
-        CONSTRAINTS[key] = named
         node = ir.Node(SHARD_OP, (storage.value,), ((("%", 0), key), ()), (storage.spec,))
         storage.set(node.outputs[0])
     else:
         buffer = runtime.place(storage.value.node.data, named, storage.spec.shape)
         storage.set(ir.device_data(storage.spec, buffer))
     return t
+
+
+def constraint(mesh: Mesh, spec: tuple) -> tuple[str, object]:
+    """The constraint key (``CONSTRAINTS``) and the jax sharding of ``spec`` (normalized)
+    over ``mesh``; each distinct layout makes one sharding (jax compares them often)."""
+    named = mesh.shardings.get(spec)
+    if named is None:
+        named = mesh.shardings[spec] = EXECUTOR.runtime.named_sharding(mesh.jax_mesh, spec)
+        metrics.bump("CreateOpSharding")
+    register_mesh(named.mesh, mesh)
+    key = f"{mesh.key}{spec}"
+    CONSTRAINTS[key] = named
+    return key, named
+
+
+def lazax_mesh(jax_mesh) -> Mesh | None:
+    """The ``Mesh`` that made ``jax_mesh`` (None: not one of lazax's)."""
+    return _MESHES.get(jax_mesh)
 
 
 def clear_sharding(t: torch.Tensor) -> torch.Tensor:
@@ -216,7 +236,7 @@ def as_sharding(named, ndim: int) -> Sharding | None:
 
 def get_sharding(t: torch.Tensor) -> Sharding | None:
     node = t._lz_storage.value.node
-    if node.op == SHARD_OP:
+    if node.op in (SHARD_OP, MANUAL_EXIT):  # a constraint, or manual sharding's end
         return as_sharding(CONSTRAINTS[node.attrs[0][1]], t.dim())
     if node.op == ir.DEVICE_DATA:
         return as_sharding(getattr(node.data, "sharding", None), t.dim())

@@ -48,6 +48,7 @@ from ..barrier.lower import lower
 from ..barrier.placement import kept_layouts, place_arguments, placement
 from ..barrier.placement import signature as sharding_signature
 from ..ops import checked_ops
+from ..ops.manual import MANUAL
 from ..profiling import span
 from ..state.layout import Layout
 from ..state.rng import RNG
@@ -379,6 +380,13 @@ def sync_inputs(tensors) -> bool:
             pending.append(a._lz_storage)
     if pending is None:
         return False
+    if MANUAL.active and MANUAL.split(pending)[1]:
+        raise RuntimeError(
+            "lazax: an input of a compiled graph holds a value per device (between "
+            "enable_manual_sharding and disable_manual_sharding), which a graph cannot "
+            "take; under torch.compile, put the per-device code in lx.shard_map, which "
+            "runs outside the compiled graphs"
+        )
     with EXECUTOR.mode(eager=False):
         EXECUTOR.sync_storages(pending)
     return True

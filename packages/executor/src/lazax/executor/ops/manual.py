@@ -1,0 +1,160 @@
+"""Manual sharding in the IR: values that differ per device, inside a lazy graph.
+
+Contract:
+- ``MANUAL_ENTER`` (``lazax::manual_enter``): one operand, a value of the full shape;
+  attributes ``((("%", 0), key), ())`` with ``key`` a ``CONSTRAINTS`` key (a mesh and a
+  partition spec). Its output is the piece of the value each device of the mesh holds
+  (the local shape): a *per-device* value, one on each device. Every value computed
+  from a per-device value is per-device too.
+- ``MANUAL_EXIT`` (``lazax::manual_exit``): one operand, a per-device value (or a value
+  that is one value everywhere, which every device then holds); attributes
+  ``((("%", 0), key, summed), ())``. Its output is the full value whose pieces the
+  devices hold, laid out as ``key`` says; with ``summed``, the devices that hold the same
+  piece (the mesh axes the spec does not split) add theirs (the gradient of an enter),
+  else their values are taken to agree and any one is kept.
+- ``MANUAL.of(node)``: the jax mesh of the per-device value that ``node`` computes, or
+  None (one value). Known per node once asked (weakly: it dies with the node);
+  ``MANUAL.active`` turns true at the first enter, and until then nothing asks.
+- Lowering (``barrier.lower``): a per-device value of local shape ``s`` is carried as a
+  global array of shape ``(devices, *s)``, its first dimension split over every mesh
+  axis, so each device holds its own value as a ``(1, *s)`` piece. ``enter``, ``exit``
+  and ``per_device`` are the ``jax.shard_map`` calls that convert to and from that form
+  and run an op on it (jax lowers each as a manual computation; XLA inlines them).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+from jax.sharding import PartitionSpec
+
+from lazax import ir
+
+from .sharding import CONSTRAINTS
+
+__all__ = ["MANUAL", "MANUAL_ENTER", "MANUAL_EXIT", "enter", "exit_", "per_device"]
+
+MANUAL_ENTER = "lazax::manual_enter"
+MANUAL_EXIT = "lazax::manual_exit"
+
+_UNKNOWN = object()
+
+
+class _ManualValues:
+    """Which nodes compute per-device values (see the contract)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self._mesh_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def of(self, node: ir.Node):
+        known = self._mesh_of
+        found = known.get(node, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found
+        # Post-order over the nodes not yet known; a region is walked once.
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            if top in known:
+                stack.pop()
+                continue
+            if top.op == MANUAL_ENTER:
+                known[top] = CONSTRAINTS[top.attrs[0][1]].mesh
+                stack.pop()
+                continue
+            if top.op == MANUAL_EXIT or not top.operands:
+                known[top] = None
+                stack.pop()
+                continue
+            unknown = [v.node for v in top.operands if v.node not in known]
+            if unknown:
+                stack.extend(unknown)
+                continue
+            known[top] = next(
+                (m for m in (known[v.node] for v in top.operands) if m is not None), None
+            )
+            stack.pop()
+        return known[node]
+
+    def split(self, storages) -> tuple[list, list]:
+        """``storages`` (pending) as (those of single values, those of per-device ones)."""
+        single, per_device_values = [], []
+        for s in storages:
+            (single if self.of(s.value.node) is None else per_device_values).append(s)
+        return single, per_device_values
+
+    def meshes(self, nodes) -> list:
+        """The distinct meshes of the per-device values among ``nodes``."""
+        out = []
+        for n in nodes:
+            m = self.of(n)
+            if m is not None and m not in out:
+                out.append(m)
+        return out
+
+
+MANUAL = _ManualValues()
+
+
+def _every_axis(mesh) -> PartitionSpec:
+    return PartitionSpec(tuple(mesh.axis_names))
+
+
+def _unsplit_axes(sharding) -> tuple:
+    used = set()
+    for entry in sharding.spec:
+        if entry is not None:
+            used.update(entry if isinstance(entry, tuple) else (entry,))
+    return tuple(a for a in sharding.mesh.axis_names if a not in used)
+
+
+def enter(x, sharding):
+    """The full value ``x`` -> its pieces, as a per-device value."""
+    mesh = sharding.mesh
+    return jax.shard_map(
+        lambda a: a[None],
+        mesh=mesh,
+        in_specs=(sharding.spec,),
+        out_specs=_every_axis(mesh),
+        check_vma=False,
+    )(x)
+
+
+def exit_(x, sharding, per_device_value: bool, summed: bool):
+    """A per-device value (or, not ``per_device_value``, one value) -> the full value
+    whose pieces the devices hold, laid out as ``sharding``."""
+    mesh = sharding.mesh
+    copies = _unsplit_axes(sharding) if summed else ()
+
+    def body(a):
+        a = a[0] if per_device_value else a
+        return jax.lax.psum(a, copies) if copies else a
+
+    return jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(_every_axis(mesh) if per_device_value else PartitionSpec(),),
+        out_specs=sharding.spec,
+        check_vma=False,
+    )(x)
+
+
+def per_device(run, mesh, operands: list, flags: list, n_out: int) -> list:
+    """``run(operands) -> outputs`` on each device's own values: an operand with its flag
+    set is per-device, any other is the same on every device."""
+    every = _every_axis(mesh)
+
+    def body(*args):
+        own = [a[0] if f else a for a, f in zip(args, flags)]
+        return tuple(r[None] for r in run(own))
+
+    out = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=tuple(every if f else PartitionSpec() for f in flags),
+        out_specs=(every,) * n_out,
+        check_vma=False,
+    )(*operands)
+    return list(out)

@@ -1,0 +1,217 @@
+"""Manual sharding over 8 virtual CPU devices: between ``enable_manual_sharding`` and
+``disable_manual_sharding`` a tensor holds one value per device (the device's piece),
+ops run on each device's own value, and the result is put back together; equal to the
+same computation done piece by piece on the CPU, in lazy mode, eager mode and
+``lx.compile``, with autograd."""
+
+import copy
+
+import pytest
+import torch
+
+import lazax.modes as lx
+
+from .test_sharding import DEV, counter, pytestmark  # noqa: F401 (the skip mark)
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return lx.Mesh(range(8), (2, 4), ("data", "model"))
+
+
+def _runs() -> int:
+    return counter("UncachedCompile") + counter("CachedCompile")
+
+
+def _pieces(x: torch.Tensor, rows: int, cols: int):
+    """``x`` cut into a rows x cols grid, as a list of lists of pieces."""
+    return [list(r.chunk(cols, dim=1)) for r in x.chunk(rows, dim=0)]
+
+
+def _whole(pieces) -> torch.Tensor:
+    return torch.cat([torch.cat(r, dim=1) for r in pieces], dim=0)
+
+
+def test_ops_run_on_each_devices_piece_and_the_pieces_come_back(grid):
+    x = torch.randn(8, 12)
+    xl = x.to(DEV)
+    piece = lx.enable_manual_sharding(xl, grid, ("data", "model"))
+    assert piece.shape == (4, 3) and lx.manual_mesh(piece) == grid
+    # a reduction on each device's own piece: its value differs per device
+    y = piece - piece.mean(dim=1, keepdim=True) + torch.ones(4, 3, device=DEV)
+    out = lx.disable_manual_sharding(y, grid, ("data", "model"), (8, 12))
+    assert out.shape == (8, 12) and lx.manual_mesh(out) is None
+    expected = _whole(
+        [[p - p.mean(dim=1, keepdim=True) + 1 for p in row] for row in _pieces(x, 2, 4)]
+    )
+    torch.testing.assert_close(out.cpu(), expected)
+    assert lx.get_sharding(out).mesh == grid
+
+
+def test_a_replicated_spec_gives_every_device_the_whole_value(grid):
+    x = torch.randn(5, 8)
+    whole = lx.enable_manual_sharding(x.to(DEV), grid, (None, None))
+    assert whole.shape == (5, 8)
+    # Each of the 8 devices holds the same value: put back split over "model" on the
+    # columns, device k of each row of the mesh gives its own copy's k-th quarter.
+    out = lx.disable_manual_sharding(whole * 2, grid, (None, "model"), (5, 32))
+    torch.testing.assert_close(out.cpu(), (x * 2).repeat(1, 4))
+
+
+def test_a_value_per_device_stays_pending_and_cannot_be_read(grid):
+    xl = torch.randn(8, 8).to(DEV)
+    piece = lx.enable_manual_sharding(xl, grid, ("data", "model")) * 3
+    lx.sync()  # leaves it pending
+    assert not lx.holds_device_data(piece)
+    for read in (lambda: piece.cpu(), lambda: piece.sum().item(), lambda: lx.to_jax(piece)):
+        with pytest.raises(RuntimeError, match="disable_manual_sharding"):
+            read()
+    with pytest.raises(ValueError, match="value per device"):
+        lx.mark_sharding(piece, grid, (None, None))
+    out = lx.disable_manual_sharding(piece, grid, ("data", "model"), (8, 8))
+    torch.testing.assert_close(out.cpu(), xl.cpu() * 3)
+
+
+def test_the_region_compiles_once_with_its_disable_and_again_never(grid):
+    x = torch.randn(16, 8)
+    xl = x.to(DEV)
+    lx.sync()
+
+    def step():
+        piece = lx.enable_manual_sharding(xl, grid, ("data", None))
+        return lx.disable_manual_sharding(torch.tanh(piece) * 2, grid, ("data", None), (16, 8))
+
+    compiles, runs = counter("UncachedCompile"), _runs()
+    first = step().cpu()
+    assert counter("UncachedCompile") - compiles == 1 and _runs() - runs == 1
+    second = step().cpu()
+    assert counter("UncachedCompile") - compiles == 1 and _runs() - runs == 2
+    torch.testing.assert_close(first, torch.tanh(x) * 2)
+    torch.testing.assert_close(second, first)
+
+
+def test_eager_mode_runs_nothing_until_the_disable(grid):
+    x = torch.randn(8, 8)
+    with lx.eager_mode_context(True):
+        xl = x.to(DEV)
+        before = _runs()
+        piece = lx.enable_manual_sharding(xl, grid, (None, "model"))
+        piece = piece.exp()
+        piece.add_(1)  # in place, on a value per device
+        assert _runs() == before and not lx.holds_device_data(piece)
+        out = lx.disable_manual_sharding(piece, grid, (None, "model"), (8, 8))
+        assert _runs() == before + 1 and lx.holds_device_data(out)
+    torch.testing.assert_close(out.cpu(), x.exp() + 1)
+
+
+def test_shard_map_under_lx_compile_is_one_program(grid):
+    x, w = torch.randn(16, 6), torch.randn(6, 6)
+    xl, wl = x.to(DEV), w.to(DEV)
+
+    def rows(a, b):  # each device: its rows times the whole weight
+        return torch.relu(a @ b)
+
+    fn = lx.shard_map(rows, grid, [(("data", "model"), None), None], (("data", "model"), None))
+    step = lx.compile(lambda a, b: fn(a, b) + 1)
+    compiles = counter("UncachedCompile")
+    out = step(xl, wl)
+    torch.testing.assert_close(out.cpu(), torch.relu(x @ w) + 1, rtol=1e-5, atol=1e-5)
+    step(xl, wl)
+    assert counter("UncachedCompile") - compiles == 1
+
+
+def test_gradients_through_manual_sharding_equal_the_cpu(grid):
+    x = torch.randn(8, 8)
+    w = torch.randn(8, 4)
+
+    # CPU: each of the 2 row blocks times the whole weight
+    xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+    (torch.tanh(xc @ wc) ** 2).sum().backward()
+
+    xl = x.to(DEV).requires_grad_()
+    wl = w.to(DEV).requires_grad_()
+    mapped = lx.shard_map(
+        lambda a, b: torch.tanh(a @ b), grid, [("data", None), (None, None)], ("data", None)
+    )
+    (mapped(xl, wl) ** 2).sum().backward()
+    # x's pieces' gradients are its own; w's, given whole to all 8 devices, add up
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(wl.grad.cpu(), wc.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_trains_through_shard_map_equal_to_the_cpu(grid):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    data = [(torch.randn(16, 6), torch.randn(16, 3)) for _ in range(3)]
+
+    def train(m, dev, mapped):
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        losses = []
+        for x, y in data:
+            x, y = x.to(dev), y.to(dev)
+            hidden = m[1](m[0](x))
+            if mapped:  # the last layer on each device's rows, its weight whole
+                head = lx.shard_map(
+                    lambda h, wt, b: h @ wt.t() + b,
+                    grid,
+                    [("data", None), (None, None), (None,)],
+                    ("data", None),
+                )
+                out = head(hidden, m[2].weight, m[2].bias)
+            else:
+                out = m[2](hidden)
+            loss = torch.nn.functional.mse_loss(out, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if mapped:
+                lx.sync()
+            losses.append(loss.item())
+        return losses
+
+    cpu_model = model
+    lazax_model = copy.deepcopy(cpu_model).to(DEV)
+    expected = train(cpu_model, "cpu", False)
+    got = train(lazax_model, DEV, True)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), rtol=1e-5, atol=1e-5)
+    for p, q in zip(lazax_model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_mistakes_raise_at_the_call(grid):
+    xl = torch.randn(6, 8).to(DEV)
+    with pytest.raises(ValueError, match="does not divide"):
+        lx.enable_manual_sharding(xl, grid, ("model", None))  # 6 rows over 4
+    piece = lx.enable_manual_sharding(xl, grid, (None, "model"))
+    with pytest.raises(ValueError, match="already holds a value per device"):
+        lx.enable_manual_sharding(piece, grid, (None, None))
+    with pytest.raises(ValueError, match=r"make a tensor of shape \(6, 8\), not \(6, 6\)"):
+        lx.disable_manual_sharding(piece, grid, (None, "model"), (6, 6))
+    other = lx.Mesh(range(8), (8,), ("all",))
+    elsewhere = lx.enable_manual_sharding(torch.randn(8, 2).to(DEV), other, ("all", None))
+    with pytest.raises(ValueError, match="two meshes"):
+        piece[:1, :2] + elsewhere
+    with pytest.raises(ValueError, match="holds values per device over"):
+        lx.disable_manual_sharding(piece, other, (None, "all"), (6, 16))
+    with pytest.raises(TypeError, match="lazax tensor"):
+        lx.enable_manual_sharding(torch.randn(2), grid, (None,))
+
+
+def test_torch_compile_runs_shard_map_outside_its_graphs(grid):
+    import lazax.dynamo  # noqa: F401  (the backend)
+
+    x = torch.randn(8, 8)
+    mapped = lx.shard_map(lambda t: torch.tanh(t) * 2, grid, [("data", None)], ("data", None))
+    fn = torch.compile(lambda t: mapped(t + 1) - 1, backend="lazax")
+    for _ in range(2):
+        torch.testing.assert_close(fn(x.to(DEV)).cpu(), torch.tanh(x + 1) * 2 - 1)
+
+    def bare(t):  # dynamo leaves this frame to lazy tracing (it cannot trace the enable)
+        piece = lx.enable_manual_sharding(t, grid, ("data", None))
+        return lx.disable_manual_sharding(piece * 2, grid, ("data", None), (8, 8))
+
+    torch.testing.assert_close(torch.compile(bare, backend="lazax")(x.to(DEV)).cpu(), x * 2)
+    # A compiled graph cannot take a value per device as an input.
+    piece = lx.enable_manual_sharding(x.to(DEV), grid, ("data", None))
+    with pytest.raises(RuntimeError, match="shard_map"):
+        torch.compile(lambda p: p * 2, backend="lazax")(piece)
