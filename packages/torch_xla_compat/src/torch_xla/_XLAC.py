@@ -1,7 +1,7 @@
 """``torch_xla._XLAC``: the few functions of torch_xla's C++ extension that scripts and
 torch_xla's own tests call, each answered by lazax's public API. Everything else of
-``_XLAC`` (IR text, tensor ids, graph hashes, SPMD shape conversions) does not exist:
-an ``AttributeError`` names it rather than a made-up value.
+``_XLAC`` (tensor ids, graph hashes, C++ handles) does not exist: an ``AttributeError``
+names it rather than a made-up value.
 
 Contract:
 - ``_xla_runtime_is_initialized()``: lazax's runtime has started (a device was used);
@@ -21,6 +21,9 @@ Contract:
 - ``OpSharding`` (``Mesh.get_op_sharding``) and ``_global_tensor_from_cpu_shards(shards,
   op_sharding, global_shape=None)``: a sharded tensor from one CPU shard per device
   (``_cpu_shards``).
+- ``_spmd_full_to_shard_shape(t)`` / ``_spmd_shard_to_full_shape(t, op_sharding,
+  full_shape, dtype)``: into and out of manual sharding (``_manual``); a tensor in it
+  has the sharding ``"{manual}"`` (``ShardingType.MANUAL``).
 - ``_get_xla_tensors_hlo(tensors)``: the HLO (before XLA's optimizations) of the
   program that computes these tensors, with its shardings, as the next sync would
   compile it (``lx.program_text``); nothing runs. The instruction names are XLA's as
@@ -47,6 +50,8 @@ import lazax.modes as lx
 from . import _api, _counters
 from ._cpu_shards import OpSharding
 from ._cpu_shards import global_tensor_from_cpu_shards as _global_tensor_from_cpu_shards
+from ._manual import full_to_shard_shape as _spmd_full_to_shard_shape
+from ._manual import shard_to_full_shape as _spmd_shard_to_full_shape
 from ._sharded import sharding_type, spec_text, unwrap
 
 __all__ = [
@@ -58,6 +63,8 @@ __all__ = [
     "_get_xla_tensors_hlo",
     "_get_xla_tensors_text",
     "_init_computation_client",
+    "_spmd_full_to_shard_shape",
+    "_spmd_shard_to_full_shape",
     "_xla_get_all_devices",
     "_xla_get_default_device",
     "_xla_increment_counter",

@@ -3,8 +3,10 @@ shards (``_XLAC._global_tensor_from_cpu_shards``), over lazax's public sharding 
 
 Contract:
 - ``OpSharding(mesh, partition_spec)``: what torch_xla's ``Mesh.get_op_sharding(spec)``
-  returns, XLA's sharding of a tensor over a mesh; lazax keeps the mesh and the spec
-  (its ``repr`` is XLA's HloSharding text, as torch_xla prints it).
+  returns, XLA's sharding of a tensor over a mesh; lazax keeps the mesh and the spec.
+  torch_xla's own constructor ``OpSharding([], [], [], ShardingType.REPLICATED)`` makes
+  a replicated sharding over no mesh in particular (``mesh`` and ``partition_spec``
+  None); any other use of it raises ``RuntimeError``.
 - ``global_tensor_from_cpu_shards(shards, op_sharding, global_shape=None)``: one lazax
   tensor, laid out as ``op_sharding`` says, from one CPU shard per device of the mesh
   (in device-id order; devices that hold the same piece give equal shards, the first
@@ -29,9 +31,17 @@ __all__ = ["OpSharding", "global_tensor_from_cpu_shards"]
 class OpSharding:
     """A tensor's layout over a mesh, as torch_xla's ``_XLAC.OpSharding``."""
 
-    def __init__(self, mesh, partition_spec) -> None:
+    def __init__(self, mesh, partition_spec=None, replication_groups=None, sharding_type=None):
+        if sharding_type is not None:  # torch_xla's (tiles, groups, replication, type)
+            if int(sharding_type) != 0 or list(mesh) or list(partition_spec or ()):
+                raise RuntimeError(
+                    "OpSharding(tile_assignment, group_assignment, replication_groups, "
+                    "type) makes a replicated sharding here (empty lists, type "
+                    "REPLICATED); build any other with Mesh.get_op_sharding(spec)"
+                )
+            mesh, partition_spec = None, None  # replicated over whatever mesh it meets
         self.mesh = mesh
-        self.partition_spec = tuple(partition_spec)
+        self.partition_spec = None if partition_spec is None else tuple(partition_spec)
 
     def _names(self) -> tuple:
         """The spec with every axis as its name (jax's mesh names)."""
@@ -74,6 +84,11 @@ class OpSharding:
 
 def global_tensor_from_cpu_shards(shards, op_sharding: OpSharding, global_shape=None):
     mesh = op_sharding.mesh
+    if mesh is None:
+        raise RuntimeError(
+            "_global_tensor_from_cpu_shards needs an OpSharding over a mesh "
+            "(Mesh.get_op_sharding(spec)), not a bare replicated one"
+        )
     count = len(mesh.device_ids)
     if len(shards) != count:
         raise RuntimeError(

@@ -8,7 +8,8 @@ Contract:
   and every torch op on it runs on ``t``, autograd included: a result on the device
   comes back wrapped, anything else (``.cpu()``, a Python number) as is. An in-place op
   writes ``t``.
-- ``.sharding_spec``: XLA's HloSharding text of ``t`` (``""`` unsharded);
+- ``.sharding_spec``: XLA's HloSharding text of ``t`` (``""`` unsharded, ``"{manual}"``
+  for a value per device: manual sharding);
   ``.sharding_type``: a ``ShardingType`` (XLA's ``OpSharding.Type`` values), None unsharded.
 - ``.local_shards``: one ``XLAShard`` per device of this process that holds a piece, in
   device order: ``data`` (a new CPU tensor of that device's piece), ``indices`` (a list
@@ -48,7 +49,7 @@ __all__ = [
 
 class ShardingType(enum.IntEnum):
     """XLA's ``OpSharding.Type`` numbers, which torch_xla's enum uses; lazax makes
-    REPLICATED, TILED and PARTIAL (tiled with replicated copies)."""
+    REPLICATED, TILED, PARTIAL (tiled with replicated copies) and MANUAL."""
 
     REPLICATED = 0
     MAXIMAL = 1
@@ -82,6 +83,8 @@ def _layout(t):
 
 def spec_text(t) -> str:
     """``t``'s sharding as torch_xla prints XLA's HloSharding (see ``_XLAC``)."""
+    if lx.manual_mesh(unwrap(t)) is not None:  # a value per device (``_manual``)
+        return "{manual}"
     layout = _layout(t)
     if layout is None:
         return ""
@@ -99,6 +102,8 @@ def spec_text(t) -> str:
 
 
 def sharding_type(t) -> int | None:
+    if lx.manual_mesh(unwrap(t)) is not None:
+        return int(ShardingType.MANUAL)
     layout = _layout(t)
     if layout is None:
         return None

@@ -13,9 +13,9 @@ inputs' pending IR): the dynamo bridge's engine. ``Storage``, ``Layout``,
 ``new_tensor``, ``new_alias``, ``rebind``, ``lower_graph``, ``sharded_placement``,
 ``place_sharded_arguments`` and ``sharding_signature`` are for front-ends that build
 graphs themselves, with ``CHECKS`` and ``checked_ops``. ``Mesh``, ``mark_sharding``,
-``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD; ``enable_manual_sharding``,
-``disable_manual_sharding``, ``manual_mesh`` and ``shard_map``: per-device code inside it. The package's folders
-are its stages, in import order (see the README).
+``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD;
+``enable_manual_sharding``, ``disable_manual_sharding``, ``manual_mesh`` and
+``shard_map``: per-device code inside it. The package's folders are its stages, in import order (see the README).
 """
 
 # The device is renamed before anything makes a torch.device("lazax", i).
@@ -46,16 +46,16 @@ from .dispatch.kernels import register_kernels  # noqa: E402
 from .dispatch.run import apply_eager_sync  # noqa: E402
 from .distributed.functional_collectives import install as _install_functional_collectives  # noqa: E402
 from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
-from .distributed.process_group import (  # noqa: E402
-    LazaxProcessGroup,
-    process_group_made,
-    traced_backward_setting,
-)
 from .distributed.manual import (  # noqa: E402
     disable_manual_sharding,
     enable_manual_sharding,
     manual_mesh,
     shard_map,
+)
+from .distributed.process_group import (  # noqa: E402
+    LazaxProcessGroup,
+    process_group_made,
+    traced_backward_setting,
 )
 from .distributed.sharded_checkpoint import load as load_sharded  # noqa: E402
 from .distributed.sharded_checkpoint import save as save_sharded  # noqa: E402

@@ -129,7 +129,9 @@ def _run_manual(manual: tuple, instr, operands: list, unread: frozenset) -> list
     if kind == "exit":
         return [exit_(operands[0], manual[1], manual[2], manual[3])]
     _, mesh, flags = manual
-    return per_device(lambda own: _run(instr, own, None, unread), mesh, operands, flags, len(instr[3]))
+    return per_device(
+        lambda own: _run(instr, own, None, unread), mesh, operands, flags, len(instr[3])
+    )
 
 
 def _read_outputs(graph: ir.Graph) -> dict[int, set[int]]:

@@ -38,9 +38,7 @@ def composed(write):
         finally:
             EXECUTOR.eager = eager
         if eager and written:
-            EXECUTOR.sync_tensors_graph(
-                written, wait=False, sync_ltc_data=False, hold_manual=True
-            )
+            EXECUTOR.sync_tensors_graph(written, wait=False, sync_ltc_data=False, hold_manual=True)
         return result
 
     return handler

@@ -94,7 +94,9 @@ def _enter(t: LazyTensor, mesh: Mesh, spec: tuple) -> LazyTensor:
         )
     key, _ = constraint(mesh, spec)
     local = tuple(n // w for n, w in zip(t.shape, _ways(mesh, spec)))
-    node = ir.Node(MANUAL_ENTER, (value,), ((("%", 0), key), ()), (ir.TensorSpec(local, value.spec.dtype),))
+    node = ir.Node(
+        MANUAL_ENTER, (value,), ((("%", 0), key), ()), (ir.TensorSpec(local, value.spec.dtype),)
+    )
     MANUAL.active = True
     return _made(node, t, local)
 
@@ -109,7 +111,10 @@ def _exit(t: LazyTensor, mesh: Mesh, spec: tuple, full: tuple, summed: bool) -> 
         )
     key, _ = constraint(mesh, spec)
     node = ir.Node(
-        MANUAL_EXIT, (value,), ((("%", 0), key, summed), ()), (ir.TensorSpec(full, value.spec.dtype),)
+        MANUAL_EXIT,
+        (value,),
+        ((("%", 0), key, summed), ()),
+        (ir.TensorSpec(full, value.spec.dtype),),
     )
     return _made(node, t, full)
 
@@ -150,7 +155,9 @@ def enable_manual_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch
     return _Enable.apply(t, mesh, spec)
 
 
-def disable_manual_sharding(t: torch.Tensor, mesh: Mesh, partition_spec, full_shape) -> torch.Tensor:
+def disable_manual_sharding(
+    t: torch.Tensor, mesh: Mesh, partition_spec, full_shape
+) -> torch.Tensor:
     """The tensor of ``full_shape`` whose pieces the devices hold in ``t`` (see the
     module's contract)."""
     t = _lazax(t, "disable_manual_sharding")

@@ -18,7 +18,8 @@ Contract:
 - ``HybridMesh(*, ici_mesh_shape, dcn_mesh_shape=None, axis_names=None)``,
   ``get_1d_mesh(axis_name=None)`` (every global device on one axis),
   ``set_global_mesh(mesh)`` / ``get_global_mesh()`` (None until set): ``mesh``.
-- ``MarkShardingFunction``, ``mark_sharding_with_gradients``, ``ShardingSpec``,
+- ``enable_manual_sharding``, ``disable_manual_sharding``, ``_mark_manual_sharding``
+  (manual sharding), ``MarkShardingFunction``, ``mark_sharding_with_gradients``, ``ShardingSpec``,
   ``apply_backward_optimization_barrier``,
   ``XLAPatchedLinear``, ``xla_patched_nn_linear_forward``,
   ``ShardingType``, ``XLAShard``, ``XLAShardedTensor``: ``xla_sharding``.
@@ -37,7 +38,10 @@ from .xla_sharding import (
     XLAPatchedLinear,
     XLAShard,
     XLAShardedTensor,
+    _mark_manual_sharding,
     apply_backward_optimization_barrier,
+    disable_manual_sharding,
+    enable_manual_sharding,
     mark_sharding_with_gradients,
     xla_patched_nn_linear_forward,
 )
@@ -51,8 +55,11 @@ __all__ = [
     "XLAPatchedLinear",
     "XLAShard",
     "XLAShardedTensor",
+    "_mark_manual_sharding",
     "apply_backward_optimization_barrier",
     "clear_sharding",
+    "disable_manual_sharding",
+    "enable_manual_sharding",
     "get_1d_mesh",
     "get_global_mesh",
     "mark_sharding",

@@ -23,6 +23,13 @@ Contract:
   reorder the module's backward with what came before it (torch_xla's tool against a
   scheduler that would keep every layer's gradient computation alive at once). Values
   are unchanged; returns the hook's handle.
+- ``enable_manual_sharding(t, partition_spec, *, mesh=None)``: each device's piece of
+  ``t`` laid out as ``partition_spec`` over ``mesh`` (the global mesh when None), as one
+  tensor that holds a value per device (``lx.enable_manual_sharding``; its sharding
+  reads ``"{manual}"``); ``disable_manual_sharding(t, partition_spec, full_shape, *,
+  mesh=None)``: the pieces put back together (``lx.disable_manual_sharding``). Both
+  return an ``XLAShardedTensor``. ``_mark_manual_sharding(t)``: ``_manual.mark_manual``
+  over the global mesh (every device on one axis when none is set).
 - ``XLAShardedTensor``, ``XLAShard``, ``ShardingType``: ``torch_xla._sharded``'s (a
   sharded lazax tensor seen as its global value and its per-device shards).
 """
@@ -33,8 +40,10 @@ import torch
 
 import lazax.modes as lx
 
+from ..._manual import mark_manual
 from ..._sharded import ShardingType, XLAShard, XLAShardedTensor, unwrap
 from ...core.xla_model import optimization_barrier_
+from .mesh import get_1d_mesh, get_global_mesh
 
 __all__ = [
     "MarkShardingFunction",
@@ -44,6 +53,8 @@ __all__ = [
     "XLAPatchedLinear",
     "XLAShardedTensor",
     "apply_backward_optimization_barrier",
+    "disable_manual_sharding",
+    "enable_manual_sharding",
     "mark_sharding_with_gradients",
     "xla_patched_nn_linear_forward",
 ]
@@ -143,3 +154,29 @@ def apply_backward_optimization_barrier(module: torch.nn.Module):
         return grads
 
     return module.register_full_backward_pre_hook(barrier)
+
+
+def _mesh(mesh, what: str):
+    mesh = mesh if mesh is not None else get_global_mesh()
+    if mesh is None:
+        raise ValueError(f"{what}: no mesh given and no global mesh set")
+    return mesh
+
+
+def enable_manual_sharding(t, partition_spec, *, mesh=None) -> XLAShardedTensor:
+    """Each device's piece of ``t``, one value per device (see the module docstring)."""
+    mesh = _mesh(mesh, "enable_manual_sharding")
+    return XLAShardedTensor(lx.enable_manual_sharding(unwrap(t), mesh, tuple(partition_spec)))
+
+
+def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None) -> XLAShardedTensor:
+    """The pieces of ``t`` put back together (see the module docstring)."""
+    mesh = _mesh(mesh, "disable_manual_sharding")
+    out = lx.disable_manual_sharding(unwrap(t), mesh, tuple(partition_spec), tuple(full_shape))
+    return XLAShardedTensor(out)
+
+
+def _mark_manual_sharding(t) -> XLAShardedTensor:
+    """``t`` as a value per device (see the module docstring)."""
+    mesh = get_global_mesh() or get_1d_mesh()
+    return XLAShardedTensor(mark_manual(t, mesh))
