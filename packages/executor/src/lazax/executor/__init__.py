@@ -15,7 +15,8 @@ inputs' pending IR): the dynamo bridge's engine. ``Storage``, ``Layout``,
 graphs themselves, with ``CHECKS`` and ``checked_ops``. ``Mesh``, ``mark_sharding``,
 ``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD;
 ``enable_manual_sharding``, ``disable_manual_sharding``, ``manual_mesh`` and
-``shard_map``: per-device code inside it. The package's folders are its stages, in import order (see the README).
+``shard_map``: per-device code inside it. The package's folders are its stages, in
+import order (see the README).
 """
 
 # The device is renamed before anything makes a torch.device("lazax", i).
