@@ -215,3 +215,39 @@ def test_torch_compile_runs_shard_map_outside_its_graphs(grid):
     piece = lx.enable_manual_sharding(x.to(DEV), grid, ("data", None))
     with pytest.raises(RuntimeError, match="shard_map"):
         torch.compile(lambda p: p * 2, backend="lazax")(piece)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max"])
+def test_an_all_reduce_across_devices_equals_the_cpu_with_gradients(grid, op):
+    x = torch.randn(8, 8)
+    weights = torch.randn(2, 4)
+    local = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax}[op]
+
+    xc = x.clone().requires_grad_()
+    blocks = xc.reshape(2, 4, 8)  # the 4 rows of each "data" row of the mesh, all columns
+    cpu = local(blocks, (1, 2))
+    (cpu.unsqueeze(1).expand(2, 4) * weights).sum().backward()
+
+    xl = x.to(DEV).requires_grad_()
+    piece = lx.enable_manual_sharding(xl, grid, ("data", "model"))  # (4, 2) each
+    # over "model": the 4 devices of each mesh row, which hold that row's 4 pieces
+    row = lx.manual_all_reduce(local(piece).reshape(1, 1), "model", op=op)
+    out = lx.disable_manual_sharding(row, grid, ("data", "model"), (2, 4))
+    torch.testing.assert_close(out.cpu(), cpu.detach().unsqueeze(1).expand(2, 4))
+    (out * weights.to(DEV)).sum().backward()
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_an_all_reduce_needs_values_per_device_and_known_axes(grid):
+    xl = torch.randn(8, 8).to(DEV)
+    with pytest.raises(ValueError, match="holds one value"):
+        lx.manual_all_reduce(xl)
+    piece = lx.enable_manual_sharding(xl, grid, ("data", "model"))
+    with pytest.raises(ValueError, match="must name distinct axes"):
+        lx.manual_all_reduce(piece, "rows")
+    with pytest.raises(ValueError, match="op is"):
+        lx.manual_all_reduce(piece, op="prod")
+    # every axis by default: each device gets the sum of all 8 pieces
+    total = lx.manual_all_reduce(piece.sum().reshape(1, 1))
+    out = lx.disable_manual_sharding(total, grid, ("data", "model"), (2, 4))
+    torch.testing.assert_close(out.cpu(), xl.cpu().sum().expand(2, 4))

@@ -50,6 +50,7 @@ from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
 from .distributed.manual import (  # noqa: E402
     disable_manual_sharding,
     enable_manual_sharding,
+    manual_all_reduce,
     manual_mesh,
     shard_map,
 )
@@ -187,6 +188,7 @@ __all__ = [
     "load_sharded",
     "lowering",
     "mark_sharding",
+    "manual_all_reduce",
     "manual_mesh",
     "metrics",
     "new_alias",

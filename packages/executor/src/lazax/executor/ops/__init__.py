@@ -19,6 +19,7 @@ from . import (  # noqa: E402,F401
     jax_calls,  # lazax::call_jax: a JAX function as one node (+ its vjp)
     linalg,  # mm, bmm, addmm, baddbmm, dot
     losses,  # nll, mse, binary cross entropy, smooth L1/Huber (+ backward)
+    manual,  # manual sharding's ends and its all-reduce (lazax::manual_*)
     nn,  # softmax, layer/group/batch norm, embedding (+ backward)
     pooling,  # max/avg/adaptive pooling, upsampling (+ backward)
     random,  # normal_, uniform_, bernoulli, random_

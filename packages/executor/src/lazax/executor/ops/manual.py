@@ -12,6 +12,10 @@ Contract:
   devices hold, laid out as ``key`` says; with ``summed``, the devices that hold the same
   piece (the mesh axes the spec does not split) add theirs (the gradient of an enter),
   else their values are taken to agree and any one is kept.
+- ``MANUAL_ALL_REDUCE`` (``lazax::manual_all_reduce``): one operand, a per-device value;
+  attributes ``((("%", 0), axes, op), ())``: every device gets the ``op`` (``"sum"``,
+  ``"mean"``, ``"max"``, ``"min"``) of the values of the devices that differ from it only
+  along the mesh ``axes`` (jax's ``psum`` and kin). Lowered inside ``per_device`` only.
 - ``MANUAL.of(node)``: the jax mesh of the per-device value that ``node`` computes, or
   None (one value). Known per node once asked (weakly: it dies with the node);
   ``MANUAL.active`` turns true at the first enter, and until then nothing asks.
@@ -31,12 +35,22 @@ from jax.sharding import PartitionSpec
 
 from lazax import ir
 
+from ._registry import lowering
 from .sharding import CONSTRAINTS
 
-__all__ = ["MANUAL", "MANUAL_ENTER", "MANUAL_EXIT", "enter", "exit_", "per_device"]
+__all__ = [
+    "MANUAL",
+    "MANUAL_ALL_REDUCE",
+    "MANUAL_ENTER",
+    "MANUAL_EXIT",
+    "enter",
+    "exit_",
+    "per_device",
+]
 
 MANUAL_ENTER = "lazax::manual_enter"
 MANUAL_EXIT = "lazax::manual_exit"
+MANUAL_ALL_REDUCE = "lazax::manual_all_reduce"
 
 _UNKNOWN = object()
 
@@ -158,3 +172,11 @@ def per_device(run, mesh, operands: list, flags: list, n_out: int) -> list:
         check_vma=False,
     )(*operands)
     return list(out)
+
+
+_REDUCTIONS = {"sum": jax.lax.psum, "mean": jax.lax.pmean, "max": jax.lax.pmax, "min": jax.lax.pmin}
+
+
+@lowering(MANUAL_ALL_REDUCE)
+def _all_reduce(ctx, x, axes, op):
+    return _REDUCTIONS[op](x, tuple(axes))

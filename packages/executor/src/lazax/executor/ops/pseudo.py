@@ -7,6 +7,7 @@ lowered in this package (``views.py``, ``core.py``, ``sharding.py``).
 - ``lazax::optimization_barrier`` (``optimization_barrier``): the same value, which XLA
   may not merge with another computation of it (a checkpoint's recomputation).
 - ``lazax::shard`` (``sharding.SHARD_OP``): a sharding constraint.
+- ``lazax::manual_enter`` / ``lazax::manual_exit`` (``manual``): manual sharding's ends.
 - ``lazax::freed`` (``freed``): the content of a storage whose memory was freed
   (``Storage.free``). A sync of everything leaves it alone; read before the next write,
   it lowers to zeros (torch's re-allocated memory holds whatever was there).
