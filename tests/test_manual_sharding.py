@@ -251,3 +251,19 @@ def test_an_all_reduce_needs_values_per_device_and_known_axes(grid):
     total = lx.manual_all_reduce(piece.sum().reshape(1, 1))
     out = lx.disable_manual_sharding(total, grid, ("data", "model"), (2, 4))
     torch.testing.assert_close(out.cpu(), xl.cpu().sum().expand(2, 4))
+
+
+def test_dropout_draws_its_own_mask_on_each_device_from_the_steps_seed(grid):
+    x = torch.ones(8, 16)
+
+    def draw():
+        torch.manual_seed(7)
+        piece = lx.enable_manual_sharding(x.to(DEV), grid, ("data", "model"))
+        dropped = torch.nn.functional.dropout(piece, 0.5, training=True)
+        return lx.disable_manual_sharding(dropped, grid, ("data", "model"), (8, 16)).cpu()
+
+    out = draw()
+    assert set(out.unique().tolist()) <= {0.0, 2.0}  # kept values scaled by 1 / (1 - p)
+    masks = [b for r in (out == 0).chunk(2, dim=0) for b in r.chunk(4, dim=1)]
+    assert len({tuple(m.flatten().tolist()) for m in masks}) > 1  # not one mask 8 times
+    torch.testing.assert_close(draw(), out)  # the same seed draws the same masks

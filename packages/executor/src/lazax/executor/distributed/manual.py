@@ -12,7 +12,8 @@ Contract:
   value per device: each device of the mesh its own piece. An op whose operand holds
   values per device runs on each device's own value, and its result holds values per
   device too; any other operand (a parameter, a constant) is the same on every device.
-  Operands per device over two meshes: ``ValueError``.
+  Operands per device over two meshes: ``ValueError``. A random op (dropout) draws
+  numbers of its own on each device, from the one seed of the step.
 - ``disable_manual_sharding(t, mesh, partition_spec, full_shape)``: the tensor of
   ``full_shape`` whose pieces the devices hold, laid out as ``partition_spec`` says
   (``get_sharding`` answers it); ``full_shape`` must be ``t``'s shape times the devices

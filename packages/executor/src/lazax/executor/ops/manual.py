@@ -23,7 +23,9 @@ Contract:
   global array of shape ``(devices, *s)``, its first dimension split over every mesh
   axis, so each device holds its own value as a ``(1, *s)`` piece. ``enter``, ``exit``
   and ``per_device`` are the ``jax.shard_map`` calls that convert to and from that form
-  and run an op on it (jax lowers each as a manual computation; XLA inlines them).
+  and run an op on it (jax lowers each as a manual computation; XLA inlines them). A
+  random op draws numbers of its own on each device (its key folded with the device's
+  index on the mesh), as the pieces of one tensor drawn whole would differ.
 """
 
 from __future__ import annotations
