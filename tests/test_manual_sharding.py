@@ -191,6 +191,8 @@ def test_mistakes_raise_at_the_call(grid):
     elsewhere = lx.enable_manual_sharding(torch.randn(8, 2).to(DEV), other, ("all", None))
     with pytest.raises(ValueError, match="two meshes"):
         piece[:1, :2] + elsewhere
+    with pytest.raises(ValueError, match="copy_: its operands differ per device over two"):
+        piece[:1, :2].copy_(elsewhere[:1])
     with pytest.raises(ValueError, match="holds values per device over"):
         lx.disable_manual_sharding(piece, other, (None, "all"), (6, 16))
     with pytest.raises(TypeError, match="lazax tensor"):
@@ -253,17 +255,77 @@ def test_an_all_reduce_needs_values_per_device_and_known_axes(grid):
     torch.testing.assert_close(out.cpu(), xl.cpu().sum().expand(2, 4))
 
 
-def test_dropout_draws_its_own_mask_on_each_device_from_the_steps_seed(grid):
+def test_dropout_draws_one_mask_on_every_device_and_its_gradient_follows_it(grid):
     x = torch.ones(8, 16)
 
     def draw():
         torch.manual_seed(7)
-        piece = lx.enable_manual_sharding(x.to(DEV), grid, ("data", "model"))
+        xl = x.to(DEV).requires_grad_()
+        piece = lx.enable_manual_sharding(xl, grid, ("data", "model"))
         dropped = torch.nn.functional.dropout(piece, 0.5, training=True)
-        return lx.disable_manual_sharding(dropped, grid, ("data", "model"), (8, 16)).cpu()
+        out = lx.disable_manual_sharding(dropped, grid, ("data", "model"), (8, 16))
+        out.sum().backward()
+        return out.detach().cpu(), xl.grad.cpu()
 
-    out = draw()
-    assert set(out.unique().tolist()) <= {0.0, 2.0}  # kept values scaled by 1 / (1 - p)
-    masks = [b for r in (out == 0).chunk(2, dim=0) for b in r.chunk(4, dim=1)]
-    assert len({tuple(m.flatten().tolist()) for m in masks}) > 1  # not one mask 8 times
-    torch.testing.assert_close(draw(), out)  # the same seed draws the same masks
+    out, grad = draw()
+    assert set(out.unique().tolist()) == {0.0, 2.0}  # kept values scaled by 1 / (1 - p)
+    # One key on every device, as DDP ranks seeded alike: the 8 pieces share a mask.
+    masks = {tuple(b.flatten().tolist()) for r in (out == 0).chunk(2, 0) for b in r.chunk(4, 1)}
+    assert len(masks) == 1
+    torch.testing.assert_close(grad, out)  # d(sum)/dx is the mask, scaled, as the forward
+    again, _ = draw()
+    torch.testing.assert_close(again, out)  # the same seed draws the same mask
+
+
+def test_copies_of_one_piece_agree_and_their_gradient_is_shared(grid):
+    # Every device holds the whole x (no axis splits it); dropout draws the same mask on
+    # each, so the copy the disable keeps is every device's, and the gradient is that
+    # mask's, not an average of 8.
+    x = torch.ones(4, 4)
+    xl = x.to(DEV).requires_grad_()
+    whole = lx.enable_manual_sharding(xl, grid, (None, None))
+    out = lx.disable_manual_sharding(
+        torch.nn.functional.dropout(whole, 0.5, training=True), grid, (None, None), (4, 4)
+    )
+    out.sum().backward()
+    torch.testing.assert_close(xl.grad.cpu(), out.detach().cpu())
+
+
+def test_gradients_of_tensors_that_hold_one_value_are_summed_over_devices(grid):
+    x, w = torch.randn(8, 8), torch.randn(8, 4)
+    xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+    full_c = xc * 2
+    ((torch.tanh(xc @ wc) + full_c[:, :4]) ** 2).sum().backward()
+
+    xl, wl = x.to(DEV).requires_grad_(), w.to(DEV).requires_grad_()
+    # w is passed whole (spec None): shard_map enters it, so its gradient adds up the
+    # devices'. full is a disabled result used on every device again.
+    piece = lx.enable_manual_sharding(xl, grid, ("data", None))
+    full = lx.disable_manual_sharding(piece * 2, grid, ("data", None), (8, 8))
+    mapped = lx.shard_map(
+        lambda a, b, f: torch.tanh(a @ b) + f,
+        grid,
+        [("data", None), None, ("data", None)],
+        ("data", None),
+    )
+    (mapped(xl, wl, full[:, :4].contiguous()) ** 2).sum().backward()
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(wl.grad.cpu(), wc.grad, rtol=1e-5, atol=1e-5)
+
+    # A value that holds one value, put back as every device's piece: its gradient is
+    # the sum of the pieces' gradients.
+    vc = torch.randn(4, 2, requires_grad=True)
+    (vc.repeat(2, 4) * torch.arange(64.0).reshape(8, 8)).sum().backward()
+    vl = vc.detach().to(DEV).requires_grad_()
+    tiled = lx.disable_manual_sharding(vl * 1, grid, ("data", "model"), (8, 8))
+    (tiled * torch.arange(64.0).reshape(8, 8).to(DEV)).sum().backward()
+    torch.testing.assert_close(vl.grad.cpu(), vc.grad)
+
+
+def test_a_parameter_closed_over_inside_warns_that_its_gradient_is_per_device(grid):
+    xl = torch.randn(8, 8).to(DEV)
+    wl = torch.randn(8, 4).to(DEV).requires_grad_()
+    mapped = lx.shard_map(lambda a: a @ wl, grid, [("data", None)], ("data", None))
+    with pytest.warns(UserWarning, match="enable_manual_sharding"):
+        mapped(xl).sum().backward()
+    assert lx.manual_mesh(wl.grad) == grid

@@ -71,3 +71,29 @@ def test_mark_manual_sharding_refuses_data_already_on_the_device():
     # a value per device has no single value to read
     with pytest.raises(RuntimeError, match="disable_manual_sharding"):
         marked.global_tensor.cpu()
+
+
+def test_enable_shards_the_tensor_itself_first(global_mesh):
+    x = torch.randn(8, 8).to(torch_xla.device())
+    xs.enable_manual_sharding(x, ("data", None))
+    assert (
+        xlac._get_xla_sharding_spec(x) == "{devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}"
+    )
+
+
+def test_spmd_all_reduce_reduces_over_the_mesh_axes_its_groups_are_rows_of(global_mesh):
+    x = torch.randn(8, 8)
+    piece = xs.enable_manual_sharding(x.to(torch_xla.device()), ("data", "model")).global_tensor
+    cell = piece.sum().reshape(1, 1)
+    # the rows of "model": devices 0-3 and 4-7 (the mesh is range(8) as (2, 4))
+    summed = xlac._xla_spmd_all_reduce("sum", cell, 0.5, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    out = xs.disable_manual_sharding(summed, ("data", "model"), (2, 4)).global_tensor
+    expected = x.reshape(2, 4, 8).sum((1, 2)).mul(0.5).unsqueeze(1).expand(2, 4)
+    torch.testing.assert_close(out.cpu(), expected)
+    everyone = xlac._xla_spmd_all_reduce("max", cell, 1.0, [list(range(8))])
+    out = xs.disable_manual_sharding(everyone, ("data", "model"), (2, 4)).global_tensor
+    torch.testing.assert_close(out.cpu(), x.reshape(2, 4, 4, 2).sum((1, 3)).max().expand(2, 4))
+    with pytest.raises(RuntimeError, match="not the rows of any"):
+        xlac._xla_spmd_all_reduce("sum", cell, 1.0, [[0, 5], [1, 2, 3, 4, 6, 7]])
+    with pytest.raises(RuntimeError, match="not in manual sharding"):
+        xlac._xla_spmd_all_reduce("sum", x.to(torch_xla.device()), 1.0, [list(range(8))])

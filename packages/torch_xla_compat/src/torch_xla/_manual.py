@@ -11,6 +11,11 @@ Contract:
   devices hold in ``t``, laid out as ``op_sharding`` says (torch_xla's replicated
   ``OpSharding`` is the whole value on every device of ``t``'s mesh); ``RuntimeError``
   when ``t`` does not hold a value per device, or for a ``dtype`` not ``t``'s.
+- ``spmd_all_reduce(reduce_type, t, scale, groups)`` (``_XLAC._xla_spmd_all_reduce``):
+  inside manual sharding, each device gets the ``reduce_type`` (``"sum"``, ``"max"``,
+  ``"min"``) of the values of the devices in its group, times ``scale``
+  (``lx.manual_all_reduce``); ``groups`` (lists of device ids) must be the rows of some
+  of the mesh's axes (``RuntimeError`` otherwise, as for a ``t`` that holds one value).
 - ``mark_manual(t, mesh)`` (``xs._mark_manual_sharding``): ``t`` itself when it already
   holds a value per device; a pending value becomes one held whole by every device of
   ``mesh``; data already on the device raises ``RuntimeError``, as torch_xla refuses to
@@ -19,11 +24,15 @@ Contract:
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
+
 import lazax.modes as lx
 
 from ._sharded import unwrap
 
-__all__ = ["full_to_shard_shape", "mark_manual", "shard_to_full_shape"]
+__all__ = ["full_to_shard_shape", "mark_manual", "shard_to_full_shape", "spmd_all_reduce"]
 
 
 def full_to_shard_shape(t):
@@ -68,3 +77,38 @@ def mark_manual(t, mesh):
             "result of an op (or use enable_manual_sharding)"
         )
     return lx.enable_manual_sharding(t, mesh, (None,) * t.dim())
+
+
+def _axes_of_groups(mesh, groups) -> tuple:
+    """The mesh axes whose rows are ``groups`` (device ids), or ``RuntimeError``."""
+    wanted = {frozenset(int(d) for d in g) for g in groups}
+    grid = np.array(mesh.device_ids).reshape(mesh.mesh_shape)
+    names = mesh.jax_mesh.axis_names
+    n = len(mesh.mesh_shape)
+    for count in range(1, n + 1):
+        for axes in itertools.combinations(range(n), count):
+            rest = [a for a in range(n) if a not in axes]
+            size = int(np.prod([mesh.mesh_shape[a] for a in axes]))
+            rows = grid.transpose(rest + list(axes)).reshape(-1, size)
+            if {frozenset(int(d) for d in r) for r in rows} == wanted:
+                return tuple(names[a] for a in axes)
+    raise RuntimeError(
+        f"_xla_spmd_all_reduce: the groups {groups} are not the rows of any of the mesh's "
+        f"axes ({mesh}); lazax reduces along mesh axes"
+    )
+
+
+def spmd_all_reduce(reduce_type: str, t, scale: float, groups):
+    t = unwrap(t)
+    mesh = lx.manual_mesh(t)
+    if mesh is None:
+        raise RuntimeError(
+            "_xla_spmd_all_reduce: the tensor is not in manual sharding (it holds one value, "
+            "not one per device); enable_manual_sharding it first"
+        )
+    if reduce_type not in ("sum", "max", "min"):
+        raise RuntimeError(
+            f"_xla_spmd_all_reduce: lazax reduces with 'sum', 'max' or 'min', not {reduce_type!r}"
+        )
+    out = lx.manual_all_reduce(t, _axes_of_groups(mesh, groups), op=reduce_type)
+    return out if scale == 1.0 else out * scale

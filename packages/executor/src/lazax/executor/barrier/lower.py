@@ -86,22 +86,12 @@ def _instruction(node: ir.Node):
     return rule, args_t, kwargs_t, out, node.op
 
 
-def _run(
-    instr,
-    operands: list,
-    checks: list | None = None,
-    unread: frozenset = frozenset(),
-    device_axes: tuple | None = None,
-):
-    """One instruction; ``device_axes``: run on each device's own values (manual
-    sharding), where a random rule draws numbers of its own on each device."""
+def _run(instr, operands: list, checks: list | None = None, unread: frozenset = frozenset()):
     rule, args_t, kwargs_t, out, name = instr
     ctx = LoweringContext(out, checks=checks, unread=unread)
     if rule.random:
         seed = operands.pop()
         ctx.key = jax.random.key(seed)
-        if device_axes is not None:
-            ctx.key = jax.random.fold_in(ctx.key, jax.lax.axis_index(device_axes))
     args = [_decode(a) for a in _fill(args_t, operands)]
     kwargs = {k: _decode(v) for k, v in _fill(kwargs_t, operands)}
     try:
@@ -139,9 +129,8 @@ def _run_manual(manual: tuple, instr, operands: list, unread: frozenset) -> list
     if kind == "exit":
         return [exit_(operands[0], manual[1], manual[2], manual[3])]
     _, mesh, flags = manual
-    axes = tuple(mesh.axis_names)
     return per_device(
-        lambda own: _run(instr, own, None, unread, axes), mesh, operands, flags, len(instr[3])
+        lambda own: _run(instr, own, None, unread), mesh, operands, flags, len(instr[3])
     )
 
 

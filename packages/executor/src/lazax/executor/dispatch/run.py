@@ -246,7 +246,10 @@ def run_plan(
         return made[0] if info.result == 0 else _rebuild(info.result, made)
     eager = EXECUTOR.eager
     if MANUAL.active:  # a value that differs per device waits for disable_manual_sharding
-        eager = _single_valued(node, plan.op_name) and eager
+        single = MANUAL.one_mesh([v.node for v in values], plan.op_name) is None
+        if not single and torch.is_grad_enabled():
+            _warn_if_one_value_needs_grad(operands, values)
+        eager = single and eager
     if eager:
         # Run first, then hand out tensors that hold the results: no pending IR to
         # register and settle, nothing to donate (no tensor holds the outputs yet), and
@@ -263,16 +266,21 @@ def run_plan(
     return _rebuild(result, made)
 
 
-def _single_valued(node: ir.Node, op_name: str) -> bool:
-    """Whether ``node`` computes one value, not one per device (``ops.manual``)."""
-    meshes = MANUAL.meshes([v.node for v in node.operands])
-    if len(meshes) > 1:
-        raise ValueError(
-            f"{op_name}: its operands differ per device over two meshes (each is "
-            f"computed from an enable_manual_sharding over its own mesh); "
-            f"disable_manual_sharding one of them first"
-        )
-    return not meshes
+def _warn_if_one_value_needs_grad(operands: list, values: list) -> None:
+    """An op on per-device values whose other operand holds one value and requires grad
+    (a parameter a function closes over): its gradient will differ per device."""
+    for o, v in zip(operands, values):
+        if type(o) is LazyTensor and o.requires_grad and MANUAL.of(v.node) is None:
+            warnings.warn(
+                "lazax: a tensor that requires grad (shape "
+                f"{tuple(o.shape)}) is used on each device's own values inside manual "
+                "sharding without entering it, so its gradient will hold one value per "
+                "device, which cannot be read; pass it to enable_manual_sharding(t, mesh, "
+                "(None,) * t.dim()) first (lx.shard_map does that for its arguments)",
+                UserWarning,
+                stacklevel=5,
+            )
+            return
 
 
 def _warn_unbounded_graph(depth: int) -> None:

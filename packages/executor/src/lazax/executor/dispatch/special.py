@@ -24,6 +24,7 @@ from lazax import ir
 
 from .. import metrics
 from ..barrier.executor import EXECUTOR
+from ..ops.manual import MANUAL
 from ..ops.pseudo import copy_to
 from ..state.dtypes import dtype_name
 from ..state.values import ir_value, write
@@ -85,6 +86,8 @@ def _write_copy(dst: LazyTensor, src) -> None:
                 f"output with shape {list(shape)} doesn't match the broadcast shape "
                 f"{list(broadcast)}"
             )
+    if MANUAL.active:  # a copy between two meshes' per-device values is refused here
+        MANUAL.one_mesh([dst._lz_storage.value.node, value.node], "copy_")
     if value.spec != ir.TensorSpec(shape, dtype):
         value = copy_to(value, shape, dtype)
     write(dst, value)

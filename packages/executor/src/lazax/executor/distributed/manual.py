@@ -13,7 +13,8 @@ Contract:
   values per device runs on each device's own value, and its result holds values per
   device too; any other operand (a parameter, a constant) is the same on every device.
   Operands per device over two meshes: ``ValueError``. A random op (dropout) draws
-  numbers of its own on each device, from the one seed of the step.
+  the same numbers on every device, from the one seed of the step (as torch's DDP
+  ranks seeded alike do), so that copies of one piece stay equal.
 - ``disable_manual_sharding(t, mesh, partition_spec, full_shape)``: the tensor of
   ``full_shape`` whose pieces the devices hold, laid out as ``partition_spec`` says
   (``get_sharding`` answers it); ``full_shape`` must be ``t``'s shape times the devices
@@ -21,12 +22,17 @@ Contract:
   mesh axes the spec leaves out) must hold equal values there: one of them is kept.
   A ``t`` that holds one value gives that value to every device.
 - A value per device has no single value: it stays pending (eager mode and ``sync()``
-  leave it so), and reading, moving or syncing it raises ``RuntimeError``, as does
-  returning it from a compiled program. ``mark_sharding`` of it raises ``ValueError``.
+  leave it so), and reading, moving or syncing it raises ``RuntimeError``;
+  ``mark_sharding`` of it raises ``ValueError``.
 - Autograd: the gradient of ``enable_manual_sharding`` is ``disable_manual_sharding`` of
   the gradient with the devices that hold the same piece adding theirs (jax's
   ``shard_map`` transposes the same way); that of ``disable_manual_sharding`` is
-  ``enable_manual_sharding`` of the gradient, shared out among those devices.
+  ``enable_manual_sharding`` of the gradient, shared out among those devices (and
+  summed over every device where its input, or a use of its result, was one value
+  every device used). A tensor that requires grad and is used per device without
+  entering (a parameter a function closes over) gets a gradient per device, which
+  cannot be read: pass it through ``enable_manual_sharding`` (``shard_map`` enters
+  its arguments that require grad); a warning says so when it happens.
 - ``manual_mesh(t)``: the ``Mesh`` over which ``t`` holds a value per device, or None.
 - ``manual_all_reduce(t, axes=None, op="sum")``: for a ``t`` that holds a value per
   device, each device's result is the ``op`` (``"sum"``, ``"mean"``, ``"max"``,
@@ -36,7 +42,7 @@ Contract:
   ``torch.amax`` does among ties). ``ValueError`` for a ``t`` that holds one value.
 - ``shard_map(fn, mesh, in_specs, out_specs)``: ``fn`` on each device's pieces: its
   tensor arguments enabled with ``in_specs`` (one spec per positional argument; None
-  for an argument passed as it is), its outputs (a tensor or a tuple of them) disabled
+  for an argument passed whole to every device), its outputs (a tensor or a tuple of them) disabled
   with ``out_specs`` (one spec, or one per output), their full shapes from their pieces'.
 - The IR and its lowering are ``ops.manual``; lazy mode, eager mode and ``lx.compile``
   trace them the same way. ``torch.compile`` runs a ``shard_map`` function outside its
@@ -145,19 +151,31 @@ class _Enable(torch.autograd.Function):
         return _exit(grad.contiguous(), ctx.mesh, ctx.spec, ctx.full, True), None, None
 
 
+def _summed(t: LazyTensor, mesh: Mesh) -> LazyTensor:
+    """The sum over every device of ``t``'s values per device, as one value: the
+    gradient of a tensor that holds one value and was used on every device."""
+    return _exit(t.contiguous(), mesh, (None,) * t.dim(), tuple(t.shape), True)
+
+
 class _Disable(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, mesh, spec, full):
         ctx.mesh, ctx.spec = mesh, spec
+        ctx.one_value = manual_mesh(t) is None  # every device gave the same piece
         return _exit(t, mesh, spec, full, False)
 
     @staticmethod
     def backward(ctx, grad):
+        if manual_mesh(grad) is not None:  # the result was used on every device again
+            grad = _summed(grad, ctx.mesh)
         # The devices that hold one piece each kept it; each gets its share of the
         # gradient, which the enable (or the sum over devices) adds up again.
         piece = _enter(grad.contiguous(), ctx.mesh, ctx.spec)
         copies = _copies(ctx.mesh, ctx.spec)
-        return (piece / copies if copies > 1 else piece), None, None, None
+        piece = piece / copies if copies > 1 else piece
+        if ctx.one_value:  # the input was one value that every device used
+            piece = _summed(piece, ctx.mesh)
+        return piece, None, None, None
 
 
 def enable_manual_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
@@ -246,6 +264,17 @@ def manual_all_reduce(t: torch.Tensor, axes=None, op: str = "sum") -> torch.Tens
     return _AllReduce.apply(t, resolved, op)
 
 
+def _entered(a, mesh: Mesh, spec):
+    """An argument of ``shard_map``'s function: its pieces, or (spec None) itself, the
+    same on every device; one that requires grad enters whole, so that its gradient is
+    the sum of the devices' (an operand that stays outside gets one per device)."""
+    if spec is not None:
+        return enable_manual_sharding(a, mesh, spec)
+    if type(a) is LazyTensor and a.requires_grad and torch.is_grad_enabled():
+        return enable_manual_sharding(a, mesh, (None,) * a.dim())
+    return a
+
+
 def shard_map(fn, mesh: Mesh, in_specs, out_specs):
     """``fn`` run on each device's pieces of its arguments (see the module's contract)."""
 
@@ -258,9 +287,7 @@ def shard_map(fn, mesh: Mesh, in_specs, out_specs):
                 f"shard_map: {len(args)} arguments, but {len(in_specs)} in_specs; give "
                 f"one per positional argument (None: passed as it is)"
             )
-        pieces = [
-            a if s is None else enable_manual_sharding(a, mesh, s) for a, s in zip(args, in_specs)
-        ]
+        pieces = [_entered(a, mesh, s) for a, s in zip(args, in_specs)]
         out = fn(*pieces)
         single = not isinstance(out, (tuple, list))
         outs = (out,) if single else tuple(out)

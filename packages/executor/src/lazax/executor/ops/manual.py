@@ -24,8 +24,9 @@ Contract:
   axis, so each device holds its own value as a ``(1, *s)`` piece. ``enter``, ``exit``
   and ``per_device`` are the ``jax.shard_map`` calls that convert to and from that form
   and run an op on it (jax lowers each as a manual computation; XLA inlines them). A
-  random op draws numbers of its own on each device (its key folded with the device's
-  index on the mesh), as the pieces of one tensor drawn whole would differ.
+  random op draws the same numbers on every device (one key, as torch's DDP ranks
+  seeded alike draw the same): the devices that hold copies of one piece must agree,
+  or a disable would keep one copy while the gradient averaged them all.
 """
 
 from __future__ import annotations
@@ -109,6 +110,18 @@ class _ManualValues:
             if m is not None and m not in out:
                 out.append(m)
         return out
+
+    def one_mesh(self, nodes, what: str):
+        """The mesh of the per-device values among ``nodes`` (None: none is); an op
+        that mixes two meshes raises ``ValueError`` naming ``what``."""
+        meshes = self.meshes(nodes)
+        if len(meshes) > 1:
+            raise ValueError(
+                f"{what}: its operands differ per device over two meshes (each is computed "
+                f"from an enable_manual_sharding over its own mesh); "
+                f"disable_manual_sharding one of them first"
+            )
+        return meshes[0] if meshes else None
 
 
 MANUAL = _ManualValues()

@@ -23,8 +23,9 @@ Contract:
   reorder the module's backward with what came before it (torch_xla's tool against a
   scheduler that would keep every layer's gradient computation alive at once). Values
   are unchanged; returns the hook's handle.
-- ``enable_manual_sharding(t, partition_spec, *, mesh=None)``: each device's piece of
-  ``t`` laid out as ``partition_spec`` over ``mesh`` (the global mesh when None), as one
+- ``enable_manual_sharding(t, partition_spec, *, mesh=None)``: shards ``t`` in place as
+  ``partition_spec`` over ``mesh`` (the global mesh when None; ``xs.mark_sharding``),
+  then gives each device's piece of it (every split must divide), as one
   tensor that holds a value per device (``lx.enable_manual_sharding``; its sharding
   reads ``"{manual}"``); ``disable_manual_sharding(t, partition_spec, full_shape, *,
   mesh=None)``: the pieces put back together (``lx.disable_manual_sharding``). Both
@@ -166,7 +167,9 @@ def _mesh(mesh, what: str):
 def enable_manual_sharding(t, partition_spec, *, mesh=None) -> XLAShardedTensor:
     """Each device's piece of ``t``, one value per device (see the module docstring)."""
     mesh = _mesh(mesh, "enable_manual_sharding")
-    return XLAShardedTensor(lx.enable_manual_sharding(unwrap(t), mesh, tuple(partition_spec)))
+    t = unwrap(t)
+    lx.mark_sharding(t, mesh, tuple(partition_spec))  # t itself is sharded, as torch_xla's
+    return XLAShardedTensor(lx.enable_manual_sharding(t, mesh, tuple(partition_spec)))
 
 
 def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None) -> XLAShardedTensor:
