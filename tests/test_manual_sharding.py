@@ -329,3 +329,60 @@ def test_a_parameter_closed_over_inside_warns_that_its_gradient_is_per_device(gr
     with pytest.warns(UserWarning, match="enable_manual_sharding"):
         mapped(xl).sum().backward()
     assert lx.manual_mesh(wl.grad) == grid
+
+
+def test_all_gather_puts_a_rows_pieces_together_and_its_gradient_scatters(grid):
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    for eager in (False, True):
+        with lx.eager_mode_context(eager):
+            xl = x.to(DEV).requires_grad_()
+            piece = lx.enable_manual_sharding(xl, grid, ("data", "model"))  # (4, 2)
+            rows = lx.manual_all_gather(piece, dim=1, axes="model")  # (4, 8): x's rows
+            assert rows.shape == (4, 8)
+            # the 4 devices of a mesh row now hold the same rows: put back once
+            out = lx.disable_manual_sharding(rows, grid, ("data", None), (8, 8))
+            torch.testing.assert_close(out.cpu(), x)
+            (out * w.to(DEV)).sum().backward()
+            torch.testing.assert_close(xl.grad.cpu(), w)
+
+
+def test_reduce_scatter_keeps_each_devices_part_of_its_rows_sum(grid):
+    x, w = torch.randn(8, 8), torch.randn(2, 8)
+    xc = x.clone().requires_grad_()
+    # per mesh row i: the sum of its 4 (4, 2) pieces, row k of it on device (i, k)
+    cpu = xc.reshape(2, 4, 4, 2).sum(2).reshape(2, 8)
+    (cpu * w).sum().backward()
+    xl = x.to(DEV).requires_grad_()
+    piece = lx.enable_manual_sharding(xl, grid, ("data", "model"))
+    part = lx.manual_reduce_scatter(piece, dim=0, axes="model")
+    assert part.shape == (1, 2)
+    out = lx.disable_manual_sharding(part, grid, ("data", "model"), (2, 8))
+    torch.testing.assert_close(out.cpu(), cpu.detach())
+    (out * w.to(DEV)).sum().backward()
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad)
+    with pytest.raises(ValueError, match="does not divide"):
+        lx.manual_reduce_scatter(piece, dim=1, axes="model")  # 2 columns over 4
+
+
+def test_a_shift_around_the_ring_and_a_partial_permute(grid):
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    xc = x.clone().requires_grad_()
+    (torch.roll(xc, shifts=2, dims=1) * w).sum().backward()  # each (4, 2) piece one step on
+    xl = x.to(DEV).requires_grad_()
+    piece = lx.enable_manual_sharding(xl, grid, ("data", "model"))
+    out = lx.disable_manual_sharding(
+        lx.manual_shift(piece, "model"), grid, ("data", "model"), (8, 8)
+    )
+    torch.testing.assert_close(out.cpu(), torch.roll(x, shifts=2, dims=1))
+    (out * w.to(DEV)).sum().backward()
+    torch.testing.assert_close(xl.grad.cpu(), xc.grad)
+    # only position 0 sends, to position 3: the others receive zeros
+    sent = lx.manual_permute(
+        lx.enable_manual_sharding(x.to(DEV), grid, (None, "model")), 1, [(0, 3)]
+    )
+    got = lx.disable_manual_sharding(sent, grid, (None, "model"), (8, 8)).cpu()
+    expected = torch.zeros(8, 8)
+    expected[:, 6:] = x[:, :2]
+    torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match="each a source once"):
+        lx.manual_permute(piece, "model", [(0, 1), (2, 1)])

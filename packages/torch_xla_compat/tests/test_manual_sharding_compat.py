@@ -97,3 +97,14 @@ def test_spmd_all_reduce_reduces_over_the_mesh_axes_its_groups_are_rows_of(globa
         xlac._xla_spmd_all_reduce("sum", cell, 1.0, [[0, 5], [1, 2, 3, 4, 6, 7]])
     with pytest.raises(RuntimeError, match="not in manual sharding"):
         xlac._xla_spmd_all_reduce("sum", x.to(torch_xla.device()), 1.0, [list(range(8))])
+
+
+def test_spmd_reduce_scatter_keeps_each_devices_part_of_the_groups_sum(global_mesh):
+    # torch_xla's own use: every device holds the whole (8, 8) ones, one group of all 8
+    x = xs.enable_manual_sharding(torch.ones(8, 8).to(torch_xla.device()), (None, None))
+    part = xlac._xla_spmd_reduce_scatter("sum", x.global_tensor, 1.0, -1, 8, [list(range(8))])
+    assert part.shape == (8, 1)
+    out = xs.disable_manual_sharding(part, (None, ("data", "model")), (8, 8)).global_tensor
+    torch.testing.assert_close(out.cpu(), torch.full((8, 8), 8.0))
+    with pytest.raises(RuntimeError, match="shard_count is 4"):
+        xlac._xla_spmd_reduce_scatter("sum", x.global_tensor, 1.0, 0, 4, [list(range(8))])

@@ -24,7 +24,9 @@ Contract:
 - ``_spmd_full_to_shard_shape(t)`` / ``_spmd_shard_to_full_shape(t, op_sharding,
   full_shape, dtype)``: into and out of manual sharding (``_manual``); a tensor in it
   has the sharding ``"{manual}"`` (``ShardingType.MANUAL``); ``_xla_spmd_all_reduce(
-  reduce_type, t, scale, groups)`` reduces across its devices (``lx.manual_all_reduce``).
+  reduce_type, t, scale, groups)`` and ``_xla_spmd_reduce_scatter(reduce_type, t, scale,
+  scatter_dim, shard_count, groups)`` reduce across its devices (``lx.manual_all_reduce``,
+  ``lx.manual_reduce_scatter``).
 - ``_get_xla_tensors_hlo(tensors)``: the HLO (before XLA's optimizations) of the
   program that computes these tensors, with its shardings, as the next sync would
   compile it (``lx.program_text``); nothing runs. The instruction names are XLA's as
@@ -54,6 +56,7 @@ from ._cpu_shards import global_tensor_from_cpu_shards as _global_tensor_from_cp
 from ._manual import full_to_shard_shape as _spmd_full_to_shard_shape
 from ._manual import shard_to_full_shape as _spmd_shard_to_full_shape
 from ._manual import spmd_all_reduce as _xla_spmd_all_reduce
+from ._manual import spmd_reduce_scatter as _xla_spmd_reduce_scatter
 from ._sharded import sharding_type, spec_text, unwrap
 
 __all__ = [
@@ -72,6 +75,7 @@ __all__ = [
     "_xla_increment_counter",
     "_xla_runtime_is_initialized",
     "_xla_spmd_all_reduce",
+    "_xla_spmd_reduce_scatter",
     "_xla_sync_multi",
     "_xla_wait_device_ops",
 ]

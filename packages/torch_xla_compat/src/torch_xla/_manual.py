@@ -16,6 +16,10 @@ Contract:
   ``"min"``) of the values of the devices in its group, times ``scale``
   (``lx.manual_all_reduce``); ``groups`` (lists of device ids) must be the rows of some
   of the mesh's axes (``RuntimeError`` otherwise, as for a ``t`` that holds one value).
+  ``spmd_reduce_scatter(reduce_type, t, scale, scatter_dim, shard_count, groups)``
+  (``_XLAC._xla_spmd_reduce_scatter``): the groups' sum, of which each device keeps its
+  part along ``scatter_dim``, times ``scale`` (``lx.manual_reduce_scatter``);
+  ``shard_count`` must be the groups' size.
 - ``mark_manual(t, mesh)`` (``xs._mark_manual_sharding``): ``t`` itself when it already
   holds a value per device; a pending value becomes one held whole by every device of
   ``mesh``; data already on the device raises ``RuntimeError``, as torch_xla refuses to
@@ -32,7 +36,13 @@ import lazax.modes as lx
 
 from ._sharded import unwrap
 
-__all__ = ["full_to_shard_shape", "mark_manual", "shard_to_full_shape", "spmd_all_reduce"]
+__all__ = [
+    "full_to_shard_shape",
+    "mark_manual",
+    "shard_to_full_shape",
+    "spmd_all_reduce",
+    "spmd_reduce_scatter",
+]
 
 
 def full_to_shard_shape(t):
@@ -93,22 +103,38 @@ def _axes_of_groups(mesh, groups) -> tuple:
             if {frozenset(int(d) for d in r) for r in rows} == wanted:
                 return tuple(names[a] for a in axes)
     raise RuntimeError(
-        f"_xla_spmd_all_reduce: the groups {groups} are not the rows of any of the mesh's "
+        f"the groups {groups} are not the rows of any of the mesh's "
         f"axes ({mesh}); lazax reduces along mesh axes"
     )
 
 
-def spmd_all_reduce(reduce_type: str, t, scale: float, groups):
+def _manual_operand(t, what: str, reduce_type: str, kinds: tuple):
     t = unwrap(t)
     mesh = lx.manual_mesh(t)
     if mesh is None:
         raise RuntimeError(
-            "_xla_spmd_all_reduce: the tensor is not in manual sharding (it holds one value, "
-            "not one per device); enable_manual_sharding it first"
+            f"{what}: the tensor is not in manual sharding (it holds one value, not one per "
+            f"device); enable_manual_sharding it first"
         )
-    if reduce_type not in ("sum", "max", "min"):
-        raise RuntimeError(
-            f"_xla_spmd_all_reduce: lazax reduces with 'sum', 'max' or 'min', not {reduce_type!r}"
-        )
+    if reduce_type not in kinds:
+        raise RuntimeError(f"{what}: lazax reduces with {' or '.join(kinds)}, not {reduce_type!r}")
+    return t, mesh
+
+
+def spmd_all_reduce(reduce_type: str, t, scale: float, groups):
+    t, mesh = _manual_operand(t, "_xla_spmd_all_reduce", reduce_type, ("sum", "max", "min"))
     out = lx.manual_all_reduce(t, _axes_of_groups(mesh, groups), op=reduce_type)
+    return out if scale == 1.0 else out * scale
+
+
+def spmd_reduce_scatter(reduce_type: str, t, scale: float, scatter_dim, shard_count, groups):
+    t, mesh = _manual_operand(t, "_xla_spmd_reduce_scatter", reduce_type, ("sum",))
+    axes = _axes_of_groups(mesh, groups)
+    size = int(np.prod([mesh.size(a) for a in axes]))
+    if int(shard_count) != size:
+        raise RuntimeError(
+            f"_xla_spmd_reduce_scatter: shard_count is {shard_count}, but each group has "
+            f"{size} devices"
+        )
+    out = lx.manual_reduce_scatter(t, int(scatter_dim), axes)
     return out if scale == 1.0 else out * scale

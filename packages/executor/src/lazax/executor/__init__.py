@@ -14,9 +14,9 @@ inputs' pending IR): the dynamo bridge's engine. ``Storage``, ``Layout``,
 ``place_sharded_arguments`` and ``sharding_signature`` are for front-ends that build
 graphs themselves, with ``CHECKS`` and ``checked_ops``. ``Mesh``, ``mark_sharding``,
 ``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD;
-``enable_manual_sharding``, ``disable_manual_sharding``, ``manual_mesh`` and
-``shard_map``: per-device code inside it. The package's folders are its stages, in
-import order (see the README).
+``enable_manual_sharding``, ``disable_manual_sharding``, ``manual_mesh``, ``shard_map``
+and the ``manual_*`` collectives: per-device code inside it. The package's folders are
+its stages, in import order (see the README).
 """
 
 # The device is renamed before anything makes a torch.device("lazax", i).
@@ -50,9 +50,15 @@ from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
 from .distributed.manual import (  # noqa: E402
     disable_manual_sharding,
     enable_manual_sharding,
-    manual_all_reduce,
     manual_mesh,
     shard_map,
+)
+from .distributed.manual_collectives import (  # noqa: E402
+    manual_all_gather,
+    manual_all_reduce,
+    manual_permute,
+    manual_reduce_scatter,
+    manual_shift,
 )
 from .distributed.process_group import (  # noqa: E402
     LazaxProcessGroup,
@@ -188,8 +194,12 @@ __all__ = [
     "load_sharded",
     "lowering",
     "mark_sharding",
+    "manual_all_gather",
     "manual_all_reduce",
     "manual_mesh",
+    "manual_permute",
+    "manual_reduce_scatter",
+    "manual_shift",
     "metrics",
     "new_alias",
     "new_tensor",

@@ -34,12 +34,8 @@ Contract:
   cannot be read: pass it through ``enable_manual_sharding`` (``shard_map`` enters
   its arguments that require grad); a warning says so when it happens.
 - ``manual_mesh(t)``: the ``Mesh`` over which ``t`` holds a value per device, or None.
-- ``manual_all_reduce(t, axes=None, op="sum")``: for a ``t`` that holds a value per
-  device, each device's result is the ``op`` (``"sum"``, ``"mean"``, ``"max"``,
-  ``"min"``) of the values of the devices in its row along the mesh ``axes`` (names or
-  indices; None: every axis), as jax's ``psum`` / ``pmean`` / ``pmax`` / ``pmin``;
-  with autograd (a max or min shares the gradient among the devices that hold it, as
-  ``torch.amax`` does among ties). ``ValueError`` for a ``t`` that holds one value.
+- Collectives between the devices inside (``manual_all_reduce`` and kin) are
+  ``manual_collectives``.
 - ``shard_map(fn, mesh, in_specs, out_specs)``: ``fn`` on each device's pieces: its
   tensor arguments enabled with ``in_specs`` (one spec per positional argument; None
   for an argument passed whole to every device), its outputs (a tensor or a tuple of them) disabled
@@ -61,7 +57,7 @@ import torch
 from lazax import ir
 
 from ..barrier.executor import EXECUTOR
-from ..ops.manual import MANUAL, MANUAL_ALL_REDUCE, MANUAL_ENTER, MANUAL_EXIT
+from ..ops.manual import MANUAL, MANUAL_ENTER, MANUAL_EXIT
 from ..state.layout import Layout
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor, new_tensor
@@ -70,7 +66,6 @@ from .sharding import Mesh, constraint, lazax_mesh, normalize
 __all__ = [
     "disable_manual_sharding",
     "enable_manual_sharding",
-    "manual_all_reduce",
     "manual_mesh",
     "shard_map",
 ]
@@ -210,58 +205,6 @@ def manual_mesh(t: torch.Tensor) -> Mesh | None:
         return None
     jax_mesh = MANUAL.of(ir_value(t).node)
     return None if jax_mesh is None else lazax_mesh(jax_mesh)
-
-
-def _reduce(t: LazyTensor, axes: tuple, op: str) -> LazyTensor:
-    value = ir_value(t)
-    node = ir.Node(MANUAL_ALL_REDUCE, (value,), ((("%", 0), axes, op), ()), (value.spec,))
-    return _made(node, t, tuple(t.shape))
-
-
-class _AllReduce(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, t, axes, op):
-        out = _reduce(t, axes, op)
-        ctx.axes, ctx.op = axes, op
-        if op in ("max", "min"):
-            ctx.save_for_backward(t, out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        op = ctx.op
-        if op in ("sum", "mean"):
-            return _reduce(grad.contiguous(), ctx.axes, op), None, None
-        t, out = ctx.saved_tensors
-        held = (t == out).to(grad.dtype)  # the devices whose value was the max (min)
-        share = _reduce(grad.contiguous(), ctx.axes, "sum") * held
-        return share / _reduce(held, ctx.axes, "sum"), None, None
-
-
-def manual_all_reduce(t: torch.Tensor, axes=None, op: str = "sum") -> torch.Tensor:
-    """The ``op`` of the per-device values of ``t`` over the mesh ``axes`` (see the
-    module's contract)."""
-    t = _lazax(t, "manual_all_reduce")
-    mesh = manual_mesh(t)
-    if mesh is None:
-        raise ValueError(
-            "manual_all_reduce: the tensor holds one value, not one per device; call it "
-            "between enable_manual_sharding and disable_manual_sharding"
-        )
-    if op not in ("sum", "mean", "max", "min"):
-        raise ValueError(f"manual_all_reduce: op is 'sum', 'mean', 'max' or 'min', not {op!r}")
-    names = mesh.jax_mesh.axis_names
-    if axes is None:
-        axes = names
-    axes = (axes,) if isinstance(axes, (str, int)) else tuple(axes)
-    resolved = tuple(names[a] if isinstance(a, int) and 0 <= a < len(names) else a for a in axes)
-    unknown = [a for a in resolved if a not in names]
-    if unknown or len(set(resolved)) != len(resolved):
-        raise ValueError(
-            f"manual_all_reduce: axes {axes} must name distinct axes of the mesh, whose axes "
-            f"are {names}"
-        )
-    return _AllReduce.apply(t, resolved, op)
 
 
 def _entered(a, mesh: Mesh, spec):

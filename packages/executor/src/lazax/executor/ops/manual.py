@@ -15,7 +15,14 @@ Contract:
 - ``MANUAL_ALL_REDUCE`` (``lazax::manual_all_reduce``): one operand, a per-device value;
   attributes ``((("%", 0), axes, op), ())``: every device gets the ``op`` (``"sum"``,
   ``"mean"``, ``"max"``, ``"min"``) of the values of the devices that differ from it only
-  along the mesh ``axes`` (jax's ``psum`` and kin). Lowered inside ``per_device`` only.
+  along the mesh ``axes`` (jax's ``psum`` and kin). ``MANUAL_ALL_GATHER`` (attributes
+  ``axes, dim``): those devices' values put together along ``dim``, in mesh order;
+  ``MANUAL_REDUCE_SCATTER`` (``axes, dim, op``: ``"sum"`` or ``"mean"``): their sum,
+  of which each device keeps its part along ``dim``; ``MANUAL_PERMUTE`` (``axis,
+  pairs``): each ``(source, destination)`` pair of positions along ``axis`` sends the
+  source's value to the destination, and a device that receives none gets zeros
+  (jax's ``all_gather(tiled=True)``, ``psum_scatter``, ``ppermute``). All of them are
+  lowered inside ``per_device`` only.
 - ``MANUAL.of(node)``: the jax mesh of the per-device value that ``node`` computes, or
   None (one value). Known per node once asked (weakly: it dies with the node);
   ``MANUAL.active`` turns true at the first enter, and until then nothing asks.
@@ -43,9 +50,12 @@ from .sharding import CONSTRAINTS
 
 __all__ = [
     "MANUAL",
+    "MANUAL_ALL_GATHER",
     "MANUAL_ALL_REDUCE",
     "MANUAL_ENTER",
     "MANUAL_EXIT",
+    "MANUAL_PERMUTE",
+    "MANUAL_REDUCE_SCATTER",
     "enter",
     "exit_",
     "per_device",
@@ -54,6 +64,9 @@ __all__ = [
 MANUAL_ENTER = "lazax::manual_enter"
 MANUAL_EXIT = "lazax::manual_exit"
 MANUAL_ALL_REDUCE = "lazax::manual_all_reduce"
+MANUAL_ALL_GATHER = "lazax::manual_all_gather"
+MANUAL_REDUCE_SCATTER = "lazax::manual_reduce_scatter"
+MANUAL_PERMUTE = "lazax::manual_permute"
 
 _UNKNOWN = object()
 
@@ -195,3 +208,21 @@ _REDUCTIONS = {"sum": jax.lax.psum, "mean": jax.lax.pmean, "max": jax.lax.pmax, 
 @lowering(MANUAL_ALL_REDUCE)
 def _all_reduce(ctx, x, axes, op):
     return _REDUCTIONS[op](x, tuple(axes))
+
+
+@lowering(MANUAL_ALL_GATHER)
+def _all_gather(ctx, x, axes, dim):
+    return jax.lax.all_gather(x, tuple(axes), axis=dim, tiled=True)
+
+
+@lowering(MANUAL_REDUCE_SCATTER)
+def _reduce_scatter(ctx, x, axes, dim, op):
+    out = jax.lax.psum_scatter(x, tuple(axes), scatter_dimension=dim, tiled=True)
+    if op == "mean":
+        out = out / jax.lax.psum(1, tuple(axes))
+    return out
+
+
+@lowering(MANUAL_PERMUTE)
+def _permute(ctx, x, axis, pairs):
+    return jax.lax.ppermute(x, axis, perm=[tuple(p) for p in pairs])
