@@ -386,3 +386,32 @@ def test_a_shift_around_the_ring_and_a_partial_permute(grid):
     torch.testing.assert_close(got, expected)
     with pytest.raises(ValueError, match="each a source once"):
         lx.manual_permute(piece, "model", [(0, 1), (2, 1)])
+
+
+def test_a_computed_value_used_on_each_device_must_enter_first(grid):
+    spec = ("data", "model")
+    xl = torch.randn(8, 8).to(DEV).requires_grad_()
+    full = lx.disable_manual_sharding(
+        lx.enable_manual_sharding(xl, grid, spec) * 1, grid, spec, (8, 8)
+    )
+    zeros = lx.enable_manual_sharding(torch.zeros(8, 8).to(DEV), grid, spec)
+    # Its per-device gradient would be added to full.sum()'s, past telling apart.
+    with pytest.raises(ValueError, match="enable_manual_sharding"):
+        zeros + full[:4, :2]
+    whole = lx.enable_manual_sharding(full, grid, (None, None))  # enters: gradient summed
+    inside = lx.disable_manual_sharding(zeros + whole[:4, :2], grid, spec, (8, 8))
+    (inside.sum() + full.sum()).backward()
+    expected = torch.ones(8, 8)
+    expected[:4, :2] += 8  # every one of the 8 devices used full[:4, :2]
+    torch.testing.assert_close(xl.grad.cpu(), expected)
+
+
+def test_collective_axes_are_taken_in_mesh_order(grid):
+    ids = torch.arange(8.0).reshape(2, 4)  # device (i, j) holds i * 4 + j
+    piece = lx.enable_manual_sharding(ids.to(DEV), grid, ("data", "model"))
+    for axes in (("model", "data"), ("data", "model"), None, (-1, 0)):
+        gathered = lx.manual_all_gather(piece, 1, axes)
+        out = lx.disable_manual_sharding(gathered, grid, (None, None), (1, 8))
+        torch.testing.assert_close(out.cpu(), torch.arange(8.0).reshape(1, 8))
+    with pytest.raises(RuntimeError, match="floating point"):
+        lx.manual_all_reduce(piece.long(), op="mean")

@@ -108,3 +108,9 @@ def test_spmd_reduce_scatter_keeps_each_devices_part_of_the_groups_sum(global_me
     torch.testing.assert_close(out.cpu(), torch.full((8, 8), 8.0))
     with pytest.raises(RuntimeError, match="shard_count is 4"):
         xlac._xla_spmd_reduce_scatter("sum", x.global_tensor, 1.0, 0, 4, [list(range(8))])
+
+
+def test_spmd_reduce_scatter_refuses_groups_out_of_the_meshs_order(global_mesh):
+    x = xs.enable_manual_sharding(torch.ones(8, 8).to(torch_xla.device()), (None, None))
+    with pytest.raises(RuntimeError, match="not the rows of any"):  # part i: i-th device
+        xlac._xla_spmd_reduce_scatter("sum", x.global_tensor, 1.0, 0, 8, [[7, 6, 5, 4, 3, 2, 1, 0]])

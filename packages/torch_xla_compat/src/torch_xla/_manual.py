@@ -19,7 +19,8 @@ Contract:
   ``spmd_reduce_scatter(reduce_type, t, scale, scatter_dim, shard_count, groups)``
   (``_XLAC._xla_spmd_reduce_scatter``): the groups' sum, of which each device keeps its
   part along ``scatter_dim``, times ``scale`` (``lx.manual_reduce_scatter``);
-  ``shard_count`` must be the groups' size.
+  ``shard_count`` must be the groups' size, and each group a row in the mesh's order
+  (its i-th device keeps part i).
 - ``mark_manual(t, mesh)`` (``xs._mark_manual_sharding``): ``t`` itself when it already
   holds a value per device; a pending value becomes one held whole by every device of
   ``mesh``; data already on the device raises ``RuntimeError``, as torch_xla refuses to
@@ -89,9 +90,11 @@ def mark_manual(t, mesh):
     return lx.enable_manual_sharding(t, mesh, (None,) * t.dim())
 
 
-def _axes_of_groups(mesh, groups) -> tuple:
-    """The mesh axes whose rows are ``groups`` (device ids), or ``RuntimeError``."""
-    wanted = {frozenset(int(d) for d in g) for g in groups}
+def _axes_of_groups(mesh, groups, ordered: bool = False) -> tuple:
+    """The mesh axes whose rows are ``groups`` (device ids; with ``ordered``, each in the
+    row's order, which decides the part each device keeps), or ``RuntimeError``."""
+    key = tuple if ordered else frozenset
+    wanted = {key(int(d) for d in g) for g in groups}
     grid = np.array(mesh.device_ids).reshape(mesh.mesh_shape)
     names = mesh.jax_mesh.axis_names
     n = len(mesh.mesh_shape)
@@ -100,7 +103,7 @@ def _axes_of_groups(mesh, groups) -> tuple:
             rest = [a for a in range(n) if a not in axes]
             size = int(np.prod([mesh.mesh_shape[a] for a in axes]))
             rows = grid.transpose(rest + list(axes)).reshape(-1, size)
-            if {frozenset(int(d) for d in r) for r in rows} == wanted:
+            if {key(int(d) for d in r) for r in rows} == wanted:
                 return tuple(names[a] for a in axes)
     raise RuntimeError(
         f"the groups {groups} are not the rows of any of the mesh's "
@@ -129,7 +132,7 @@ def spmd_all_reduce(reduce_type: str, t, scale: float, groups):
 
 def spmd_reduce_scatter(reduce_type: str, t, scale: float, scatter_dim, shard_count, groups):
     t, mesh = _manual_operand(t, "_xla_spmd_reduce_scatter", reduce_type, ("sum",))
-    axes = _axes_of_groups(mesh, groups)
+    axes = _axes_of_groups(mesh, groups, ordered=True)
     size = int(np.prod([mesh.size(a) for a in axes]))
     if int(shard_count) != size:
         raise RuntimeError(

@@ -248,7 +248,7 @@ def run_plan(
     if MANUAL.active:  # a value that differs per device waits for disable_manual_sharding
         single = MANUAL.one_mesh([v.node for v in values], plan.op_name) is None
         if not single and torch.is_grad_enabled():
-            _warn_if_one_value_needs_grad(operands, values)
+            _check_one_value_operands(operands, values, plan.op_name)
         eager = single and eager
     if eager:
         # Run first, then hand out tensors that hold the results: no pending IR to
@@ -266,21 +266,34 @@ def run_plan(
     return _rebuild(result, made)
 
 
-def _warn_if_one_value_needs_grad(operands: list, values: list) -> None:
-    """An op on per-device values whose other operand holds one value and requires grad
-    (a parameter a function closes over): its gradient will differ per device."""
+def _check_one_value_operands(operands: list, values: list, op_name: str) -> None:
+    """An op on per-device values whose other operand holds one value and requires grad:
+    its gradient would hold one value per device. Where that gradient flows on into the
+    graph (the operand was computed), autograd would add it to the gradients of the
+    operand's other uses, and no later step could tell the parts apart: refused. A
+    parameter (or a view of one) gets a gradient that cannot be read: warned."""
     for o, v in zip(operands, values):
-        if type(o) is LazyTensor and o.requires_grad and MANUAL.of(v.node) is None:
-            warnings.warn(
-                "lazax: a tensor that requires grad (shape "
-                f"{tuple(o.shape)}) is used on each device's own values inside manual "
-                "sharding without entering it, so its gradient will hold one value per "
-                "device, which cannot be read; pass it to enable_manual_sharding(t, mesh, "
-                "(None,) * t.dim()) first (lx.shard_map does that for its arguments)",
-                UserWarning,
-                stacklevel=5,
+        if type(o) is not LazyTensor or not o.requires_grad or MANUAL.of(v.node) is not None:
+            continue
+        base = o._base if o._base is not None else o
+        advice = (
+            "pass it to enable_manual_sharding(t, mesh, (None,) * t.dim()) first, which "
+            "sums its gradient over the devices (lx.shard_map does that for its arguments)"
+        )
+        if base.grad_fn is not None:
+            raise ValueError(
+                f"{op_name}: an operand of shape {tuple(o.shape)} holds one value and "
+                f"requires grad, and is used on each device's own values inside manual "
+                f"sharding without entering it; {advice}"
             )
-            return
+        warnings.warn(
+            f"lazax: a tensor that requires grad (shape {tuple(o.shape)}) is used on each "
+            f"device's own values inside manual sharding without entering it, so its "
+            f"gradient will hold one value per device, which cannot be read; {advice}",
+            UserWarning,
+            stacklevel=5,
+        )
+        return
 
 
 def _warn_unbounded_graph(depth: int) -> None:

@@ -28,11 +28,14 @@ Contract:
   the gradient with the devices that hold the same piece adding theirs (jax's
   ``shard_map`` transposes the same way); that of ``disable_manual_sharding`` is
   ``enable_manual_sharding`` of the gradient, shared out among those devices (and
-  summed over every device where its input, or a use of its result, was one value
-  every device used). A tensor that requires grad and is used per device without
-  entering (a parameter a function closes over) gets a gradient per device, which
-  cannot be read: pass it through ``enable_manual_sharding`` (``shard_map`` enters
-  its arguments that require grad); a warning says so when it happens.
+  summed over every device where its input was one value every device used). A tensor
+  that holds one value, requires grad and is used on each device's values must enter
+  first (``enable_manual_sharding(t, mesh, (None,) * t.dim())``, which sums its
+  gradient over the devices; ``shard_map`` enters its arguments that require grad):
+  a computed one raises ``ValueError`` at the op (its per-device gradient would be
+  added to its other uses' gradients, past telling apart), a parameter (or a view of
+  one) that a function closes over gets a gradient per device, which cannot be read,
+  and a warning says so.
 - ``manual_mesh(t)``: the ``Mesh`` over which ``t`` holds a value per device, or None.
 - Collectives between the devices inside (``manual_all_reduce`` and kin) are
   ``manual_collectives``.
@@ -161,8 +164,9 @@ class _Disable(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if manual_mesh(grad) is not None:  # the result was used on every device again
-            grad = _summed(grad, ctx.mesh)
+        used_inside = manual_mesh(grad)  # the result was used on each device again
+        if used_inside is not None:
+            grad = _summed(grad, used_inside)
         # The devices that hold one piece each kept it; each gets its share of the
         # gradient, which the enable (or the sum over devices) adds up again.
         piece = _enter(grad.contiguous(), ctx.mesh, ctx.spec)

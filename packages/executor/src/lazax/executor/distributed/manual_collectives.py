@@ -4,8 +4,9 @@ Each takes a tensor that holds a value per device (``ValueError`` for one that h
 value, or for axes the mesh does not have) and returns one, traced into the graph
 (``ops.manual``; jax's collectives inside a ``shard_map``), with autograd. ``axes`` are
 mesh axis names or indices, one or several (None: every axis); the devices that take
-part together are those that differ only along ``axes`` (one *row* of the mesh), in
-mesh order.
+part together are those that differ only along ``axes`` (one *row* of the mesh), taken
+in mesh order whatever order ``axes`` lists them in. A ``"mean"`` of integers raises
+``RuntimeError``, as torch's ``mean`` does.
 
 Contract:
 - ``manual_all_reduce(t, axes=None, op="sum")``: each device gets the ``op``
@@ -65,16 +66,18 @@ def _per_device(t, what: str) -> Mesh:
 
 
 def _axes(mesh: Mesh, axes, what: str) -> tuple:
-    names = mesh.jax_mesh.axis_names
+    """``axes`` as names, in mesh order (the order a row's devices are taken in)."""
+    names = tuple(mesh.jax_mesh.axis_names)
     if axes is None:
-        return tuple(names)
+        return names
     given = (axes,) if isinstance(axes, (str, int)) else tuple(axes)
-    out = tuple(names[a] if isinstance(a, int) and 0 <= a < len(names) else a for a in given)
+    n = len(names)
+    out = tuple(names[a] if type(a) is int and -n <= a < n else a for a in given)
     if not out or any(a not in names for a in out) or len(set(out)) != len(out):
         raise ValueError(
             f"{what}: axes {axes} must name distinct axes of the mesh, whose axes are {names}"
         )
-    return out
+    return tuple(a for a in names if a in out)
 
 
 def _row(mesh: Mesh, axes: tuple) -> int:
@@ -101,8 +104,21 @@ def _collective(t: LazyTensor, op: str, attrs: tuple, shape: tuple) -> LazyTenso
     return new_tensor(node, Layout(shape, t.dtype), t._lz_storage.device_index)
 
 
-def _scaled(shape: tuple, dim: int, factor: float) -> tuple:
-    return tuple(int(n * factor) if d == dim else n for d, n in enumerate(shape))
+def _grown(shape: tuple, dim: int, size: int) -> tuple:
+    return tuple(n * size if d == dim else n for d, n in enumerate(shape))
+
+
+def _shrunk(shape: tuple, dim: int, size: int) -> tuple:
+    return tuple(n // size if d == dim else n for d, n in enumerate(shape))
+
+
+def _mean_dtype(t: torch.Tensor, what: str) -> None:
+    if not (t.dtype.is_floating_point or t.dtype.is_complex):
+        name = str(t.dtype).replace("torch.", "").capitalize()
+        raise RuntimeError(
+            f"{what}: a mean could not infer its output dtype. Input dtype must be either a "
+            f"floating point or complex dtype. Got: {name}"
+        )
 
 
 class _AllReduce(torch.autograd.Function):
@@ -131,11 +147,11 @@ class _AllGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, axes, dim, size):
         ctx.axes, ctx.dim, ctx.size = axes, dim, size
-        return _collective(t, MANUAL_ALL_GATHER, (axes, dim), _scaled(t.shape, dim, size))
+        return _collective(t, MANUAL_ALL_GATHER, (axes, dim), _grown(t.shape, dim, size))
 
     @staticmethod
     def backward(ctx, grad):
-        shape = _scaled(grad.shape, ctx.dim, 1 / ctx.size)
+        shape = _shrunk(grad.shape, ctx.dim, ctx.size)
         out = _collective(grad, MANUAL_REDUCE_SCATTER, (ctx.axes, ctx.dim, "sum"), shape)
         return out, None, None, None
 
@@ -144,13 +160,13 @@ class _ReduceScatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, axes, dim, size, op):
         ctx.axes, ctx.dim, ctx.size, ctx.op = axes, dim, size, op
-        shape = _scaled(t.shape, dim, 1 / size)
+        shape = _shrunk(t.shape, dim, size)
         return _collective(t, MANUAL_REDUCE_SCATTER, (axes, dim, op), shape)
 
     @staticmethod
     def backward(ctx, grad):
         out = _collective(
-            grad, MANUAL_ALL_GATHER, (ctx.axes, ctx.dim), _scaled(grad.shape, ctx.dim, ctx.size)
+            grad, MANUAL_ALL_GATHER, (ctx.axes, ctx.dim), _grown(grad.shape, ctx.dim, ctx.size)
         )
         return (out / ctx.size if ctx.op == "mean" else out), None, None, None, None
 
@@ -172,6 +188,8 @@ def manual_all_reduce(t: torch.Tensor, axes=None, op: str = "sum") -> torch.Tens
     mesh = _per_device(t, "manual_all_reduce")
     if op not in ("sum", "mean", "max", "min"):
         raise ValueError(f"manual_all_reduce: op is 'sum', 'mean', 'max' or 'min', not {op!r}")
+    if op == "mean":
+        _mean_dtype(t, "manual_all_reduce")
     return _AllReduce.apply(t, _axes(mesh, axes, "manual_all_reduce"), op)
 
 
@@ -187,6 +205,8 @@ def manual_reduce_scatter(t: torch.Tensor, dim: int, axes=None, op: str = "sum")
     mesh = _per_device(t, "manual_reduce_scatter")
     if op not in ("sum", "mean"):
         raise ValueError(f"manual_reduce_scatter: op is 'sum' or 'mean', not {op!r}")
+    if op == "mean":
+        _mean_dtype(t, "manual_reduce_scatter")
     axes = _axes(mesh, axes, "manual_reduce_scatter")
     dim = _dim(t, dim, "manual_reduce_scatter")
     size = _row(mesh, axes)
