@@ -415,3 +415,11 @@ def test_collective_axes_are_taken_in_mesh_order(grid):
         torch.testing.assert_close(out.cpu(), torch.arange(8.0).reshape(1, 8))
     with pytest.raises(RuntimeError, match="floating point"):
         lx.manual_all_reduce(piece.long(), op="mean")
+
+
+def test_the_program_text_of_a_value_per_device_shows_its_stacked_pieces(grid):
+    piece = lx.enable_manual_sharding(torch.randn(8, 8).to(DEV), grid, ("data", "model")) + 1
+    text = lx.program_text([piece])
+    assert "f32[8,4,2]" in text and "manual" in text  # 8 devices' (4, 2) pieces
+    assert not lx.holds_device_data(piece)  # nothing ran
+    assert "lazax::manual_enter" in lx.program_text([piece], form="lazax")

@@ -6,7 +6,9 @@ parameters as ``fn.packing`` (``arguments.Packing``) arranges them (device data 
 one, Python numbers packed in one array per dtype) and returns the roots' values, in
 order, or in ``order`` (root indices; ``donation.output_order``), and then
 ``fn.positions[k]`` is where root ``k`` is among the outputs (None: in order);
-``arg_specs`` are those arguments' ``(shape, dtype name)``. A root split unevenly over
+``arg_specs`` are those arguments' ``(shape, dtype name)``. A root that holds a value
+per device (manual sharding, ``ops.manual``) raises ``LoweringError``; with ``stacked``
+(a program's text only) it is returned as the program carries it, ``(devices, *piece)``. A root split unevenly over
 a mesh (a ``lazax::shard`` root, or a root given a sharding in ``layouts``, root index
 -> jax sharding) is returned padded (``lazax.pjrt.padded_shape``), constrained to that
 sharding: jax holds no uneven array, and the storage keeps its split. The function keeps
@@ -186,7 +188,7 @@ def _manual_step(node: ir.Node, operand_slots: list, mesh_of: dict):
     return ("per_device", mesh, [m is not None for m in meshes]), mesh
 
 
-def lower(graph: ir.Graph, order: list[int] | None = None, layouts=None):
+def lower(graph: ir.Graph, order: list[int] | None = None, layouts=None, stacked=False):
     slot_of: dict[int, int] = {}
     for i, p in enumerate(graph.parameters):
         slot_of[id(p)] = i
@@ -214,7 +216,7 @@ def lower(graph: ir.Graph, order: list[int] | None = None, layouts=None):
         slot_of[id(node)] = next_slot
         next_slot += 1
     roots = [(slot_of[id(r.node)], r.index) for r in graph.roots]
-    if any(s in mesh_of for s, _ in roots):
+    if not stacked and any(s in mesh_of for s, _ in roots):
         raise LoweringError(
             "a value that differs per device (computed from enable_manual_sharding's "
             "result) cannot leave the program; disable_manual_sharding it first"

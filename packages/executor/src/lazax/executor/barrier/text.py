@@ -13,7 +13,9 @@ and not shown. Nothing executes, nothing compiles, no counter moves and the tens
 stay pending: the next sync runs them as if this was never asked (a view's value is
 built for the look, not kept). All tensors must live on one ``lazax:N`` device (or
 one mesh); a graph with collectives between a job's processes has no HLO of its own
-here (``ValueError``). ``lowered_text(graph, form="stablehlo")`` is the same for a
+here (``ValueError``). A tensor that holds a value per device (manual sharding) is
+shown as the program carries it: its pieces stacked, ``(devices, *piece)``.
+``lowered_text(graph, form="stablehlo")`` is the same for a
 collected graph (tests and tools that hold one: ``lx.testing.last_program``).
 """
 
@@ -70,7 +72,7 @@ def lowered_text(
     (``jit_fn`` unnamed)."""
     runtime = EXECUTOR.compiler.runtime
     placed = placement(graph, runtime)
-    fn, arg_specs = lower(graph, None, layouts)
+    fn, arg_specs = lower(graph, None, layouts, stacked=True)
     if fn.per_process:
         raise ValueError(
             "lazax: these tensors' program holds collectives between the job's processes, "
