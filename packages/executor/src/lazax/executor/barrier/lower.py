@@ -8,12 +8,13 @@ order, or in ``order`` (root indices; ``donation.output_order``), and then
 ``fn.positions[k]`` is where root ``k`` is among the outputs (None: in order);
 ``arg_specs`` are those arguments' ``(shape, dtype name)``. A root that holds a value
 per device (manual sharding, ``ops.manual``) raises ``LoweringError``; with ``stacked``
-(a program's text only) it is returned as the program carries it, ``(devices, *piece)``. A root split unevenly over
-a mesh (a ``lazax::shard`` root, or a root given a sharding in ``layouts``, root index
--> jax sharding) is returned padded (``lazax.pjrt.padded_shape``), constrained to that
-sharding: jax holds no uneven array, and the storage keeps its split. The function keeps
-no reference to IR nodes (a cached executable must not keep a graph alive): each node is
-turned into a small instruction (rule, attributes, operand slots) first.
+(a program's text only) it is returned as the program carries it, ``(devices, *piece)``.
+A root split unevenly over a mesh (a ``lazax::shard`` root, or a root given a sharding
+in ``layouts``, root index -> jax sharding) is returned padded
+(``lazax.pjrt.padded_shape``), constrained to that sharding: jax holds no uneven array,
+and the storage keeps its split. The function keeps no reference to IR nodes (a cached
+executable must not keep a graph alive): each node is turned into a small instruction
+(rule, attributes, operand slots) first.
 
 Node attributes are ``(args, kwargs)`` templates in aten order, with ``("%", k)``
 standing for operand ``k``. Every output is cast to the dtype in the node's spec.
