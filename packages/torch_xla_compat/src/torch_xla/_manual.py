@@ -57,14 +57,20 @@ def full_to_shard_shape(t):
     return lx.enable_manual_sharding(t, sharding.mesh, sharding.partition_spec)
 
 
-def shard_to_full_shape(t, op_sharding, full_shape, dtype):
-    t = unwrap(t)
+def _manual_mesh(t, what: str):
+    """The mesh over which ``t`` holds a value per device, or ``RuntimeError``."""
     mesh = lx.manual_mesh(t)
     if mesh is None:
         raise RuntimeError(
-            "_spmd_shard_to_full_shape: the tensor is not in manual sharding (it holds one "
-            "value, not one per device); enable_manual_sharding it first"
+            f"{what}: the tensor is not in manual sharding (it holds one value, not one per "
+            f"device); enable_manual_sharding it first"
         )
+    return mesh
+
+
+def shard_to_full_shape(t, op_sharding, full_shape, dtype):
+    t = unwrap(t)
+    mesh = _manual_mesh(t, "_spmd_shard_to_full_shape")
     if dtype != t.dtype:
         raise RuntimeError(f"_spmd_shard_to_full_shape: the tensor is {t.dtype}, not {dtype}")
     if op_sharding.mesh is not None and op_sharding.mesh != mesh:
@@ -113,12 +119,7 @@ def _axes_of_groups(mesh, groups, ordered: bool = False) -> tuple:
 
 def _manual_operand(t, what: str, reduce_type: str, kinds: tuple):
     t = unwrap(t)
-    mesh = lx.manual_mesh(t)
-    if mesh is None:
-        raise RuntimeError(
-            f"{what}: the tensor is not in manual sharding (it holds one value, not one per "
-            f"device); enable_manual_sharding it first"
-        )
+    mesh = _manual_mesh(t, what)
     if reduce_type not in kinds:
         raise RuntimeError(f"{what}: lazax reduces with {' or '.join(kinds)}, not {reduce_type!r}")
     return t, mesh

@@ -44,7 +44,7 @@ from lazax import ir
 from lazax.pjrt import numpy_dtype, padded, padded_shape
 
 from ..ops import LoweringContext, get_lowering
-from ..ops.manual import MANUAL_ENTER, MANUAL_EXIT, enter, exit_, per_device
+from ..ops.manual import MANUAL_ENTER, MANUAL_EXIT, distinct_meshes, enter, exit_, per_device
 from ..ops.sharding import CONSTRAINTS, SHARD_OP
 from .arguments import Packing
 from .checks import CHECKS
@@ -174,10 +174,7 @@ def _manual_step(node: ir.Node, operand_slots: list, mesh_of: dict):
     if node.op == MANUAL_EXIT:
         _, key, summed = node.attrs[0]
         return ("exit", CONSTRAINTS[key], meshes[0] is not None, summed), None
-    distinct = []
-    for m in meshes:
-        if m is not None and m not in distinct:
-            distinct.append(m)
+    distinct = distinct_meshes(meshes)
     if not distinct:
         return None, None
     if len(distinct) > 1:

@@ -120,11 +120,11 @@ def _enter(t: LazyTensor, mesh: Mesh, spec: tuple) -> LazyTensor:
 
 def _exit(t: LazyTensor, mesh: Mesh, spec: tuple, full: tuple, summed: bool) -> LazyTensor:
     value = ir_value(t)
-    meshes = MANUAL.meshes([value.node]) if MANUAL.active else []
-    if meshes and meshes[0] != mesh.jax_mesh:
+    held_over = MANUAL.of(value.node)
+    if held_over is not None and held_over != mesh.jax_mesh:
         raise ValueError(
             f"disable_manual_sharding: the tensor holds values per device over "
-            f"{lazax_mesh(meshes[0])}, not over {mesh}"
+            f"{lazax_mesh(held_over)}, not over {mesh}"
         )
     key, _ = constraint(mesh, spec)
     node = ir.Node(

@@ -30,6 +30,8 @@ Contract:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lazax import ir
@@ -81,10 +83,8 @@ def _axes(mesh: Mesh, axes, what: str) -> tuple:
 
 
 def _row(mesh: Mesh, axes: tuple) -> int:
-    size = 1
-    for a in axes:
-        size *= mesh.size(a)
-    return size
+    """How many devices one row along ``axes`` holds."""
+    return math.prod(mesh.size(a) for a in axes)
 
 
 def _dim(t: torch.Tensor, dim: int, what: str) -> int:

@@ -56,6 +56,7 @@ __all__ = [
     "MANUAL_EXIT",
     "MANUAL_PERMUTE",
     "MANUAL_REDUCE_SCATTER",
+    "distinct_meshes",
     "enter",
     "exit_",
     "per_device",
@@ -69,6 +70,15 @@ MANUAL_REDUCE_SCATTER = "lazax::manual_reduce_scatter"
 MANUAL_PERMUTE = "lazax::manual_permute"
 
 _UNKNOWN = object()
+
+
+def distinct_meshes(meshes) -> list:
+    """The meshes among ``meshes`` (None: a value that is one value), each once."""
+    out = []
+    for m in meshes:
+        if m is not None and m not in out:
+            out.append(m)
+    return out
 
 
 class _ManualValues:
@@ -117,12 +127,7 @@ class _ManualValues:
 
     def meshes(self, nodes) -> list:
         """The distinct meshes of the per-device values among ``nodes``."""
-        out = []
-        for n in nodes:
-            m = self.of(n)
-            if m is not None and m not in out:
-                out.append(m)
-        return out
+        return distinct_meshes(self.of(n) for n in nodes)
 
     def one_mesh(self, nodes, what: str):
         """The mesh of the per-device values among ``nodes`` (None: none is); an op
