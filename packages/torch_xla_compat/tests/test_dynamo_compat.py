@@ -84,3 +84,28 @@ def test_pending_inputs_synced_before_a_dynamo_graph_are_counted_as_torch_xla_do
     assert "Counter: DynamoSyncInputExecuteTime\n  Value: 1" in met.short_metrics_report()
     assert "XLAData: None" not in _XLAC._get_xla_tensor_debug_info(pending)
     torch.testing.assert_close(out.cpu(), torch.tanh(x.cpu() * 2) + y.cpu())
+
+
+def test_mark_sharding_of_an_activation_inside_openxla_stays_in_one_graph():
+    import lazax.modes as lx  # noqa: PLC0415  (the device count decides the skip)
+    import torch_xla.distributed.spmd as xs  # noqa: PLC0415
+
+    n = lx.global_device_count()
+    if n < 2:
+        pytest.skip("needs 2 devices")
+    mesh = xs.Mesh(range(n), (n,), ("x",))
+
+    def f(x, w):
+        h = torch.relu(x @ w)
+        xs.mark_sharding(h, mesh, ("x", None))
+        return h * 2
+
+    torch._dynamo.reset()
+    x, w = torch.randn(2 * n, 4), torch.randn(4, 4)
+    dev = torch_xla.device()
+    explained = torch._dynamo.explain(f)(x.to(dev), w.to(dev))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got = torch.compile(f, backend="openxla")(x.to(dev), w.to(dev))
+    torch.testing.assert_close(got.cpu(), torch.relu(x @ w) * 2)
+    torch_xla.sync()
+    assert _XLAC._get_xla_sharding_spec(got).startswith(f"{{devices=[{n},1]")

@@ -145,6 +145,7 @@ def test_mark_sharding_with_gradients_shards_value_and_gradient():
     assert xlac._get_xla_sharding_spec(y).startswith(f"{{devices=[{n},1]")
     (y * 2).sum().backward()
     torch.testing.assert_close(w.grad.cpu(), torch.full((2 * n, 3), 2.0))
+    assert xlac._get_xla_sharding_spec(w.grad).startswith(f"{{devices=[{n},1]")
 
 
 def test_env_var_names_and_utils(monkeypatch):

@@ -13,7 +13,7 @@ inputs' pending IR): the dynamo bridge's engine. ``Storage``, ``Layout``,
 ``new_tensor``, ``new_alias``, ``rebind``, ``lower_graph``, ``sharded_placement``,
 ``place_sharded_arguments`` and ``sharding_signature`` are for front-ends that build
 graphs themselves, with ``CHECKS`` and ``checked_ops``. ``Mesh``, ``mark_sharding``,
-``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD;
+``sharding_constraint``, ``clear_sharding``, ``get_sharding`` and ``shard_shapes``: SPMD;
 ``enable_manual_sharding``, ``disable_manual_sharding``, ``manual_mesh``, ``shard_map``
 and the ``manual_*`` collectives: per-device code inside it. The package's folders are
 its stages, in import order (see the README).
@@ -45,6 +45,7 @@ from .config import DEVICE_NAME  # noqa: E402
 from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
 from .dispatch.kernels import register_kernels  # noqa: E402
 from .dispatch.run import apply_eager_sync  # noqa: E402
+from .distributed.constraint import mark_sharding, sharding_constraint  # noqa: E402
 from .distributed.functional_collectives import install as _install_functional_collectives  # noqa: E402
 from .distributed.global_tensors import global_tensor, local_part  # noqa: E402
 from .distributed.manual import (  # noqa: E402
@@ -73,7 +74,6 @@ from .distributed.sharding import (  # noqa: E402
     Sharding,
     clear_sharding,
     get_sharding,
-    mark_sharding,
     shard_shapes,
     shards,
 )
@@ -215,6 +215,7 @@ __all__ = [
     "replay_signature",
     "Shard",
     "shard_shapes",
+    "sharding_constraint",
     "shard_map",
     "shards",
     "storage_of",

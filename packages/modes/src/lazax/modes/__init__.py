@@ -9,6 +9,7 @@ lx.metrics.counter_value("CachedCompile")
 
 mesh = lx.Mesh(range(8), (2, 4), ("data", "model"))   # SPMD over 8 devices
 lx.mark_sharding(weight, mesh, (None, "model"))       # XLA's partitioner splits it
+h = lx.sharding_constraint(h, mesh, ("data", None))   # a torch op: traced graphs keep it
 lx.shard_map(fn, mesh, in_specs, out_specs)(x)        # fn on each device's own piece
 lx.max_memory_allocated()                             # device memory, as torch.cuda's
 for x, y in lx.DeviceLoader(data_loader): ...         # batches moved while the step runs
@@ -46,6 +47,7 @@ from lazax.executor import (
     scan_layers,
     shard_map,
     shard_shapes,
+    sharding_constraint,
     shards,
     to_jax,
 )
@@ -110,6 +112,7 @@ __all__ = [
     "Shard",
     "shard_map",
     "shard_shapes",
+    "sharding_constraint",
     "shards",
     "sync",
     "sync_tensors",

@@ -47,6 +47,7 @@ __all__ = [
     "get_sharding",
     "lazax_mesh",
     "mark_sharding",
+    "mesh_by_key",
     "normalize",
     "owning",
     "register_mesh",
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 _MESHES: dict[object, Mesh] = {}  # jax mesh -> the lazax Mesh made for it
+_BY_KEY: dict[str, Mesh] = {}  # mesh key -> the first Mesh made with it
 
 
 class Mesh:
@@ -92,8 +94,11 @@ class Mesh:
         self.axis_names = axis_names
         self.jax_mesh = EXECUTOR.runtime.mesh(device_ids, mesh_shape, axis_names)
         self.key = f"mesh{mesh_shape}{axis_names}{self.device_ids}"
+        # The names shardings use, as a plain tuple (dynamo reads it while tracing).
+        self.axis_keys = tuple(self.jax_mesh.axis_names)
         self.shardings: dict[tuple, object] = {}  # normalized spec -> its jax sharding
         _MESHES.setdefault(self.jax_mesh, self)
+        _BY_KEY.setdefault(self.key, self)
 
     def __eq__(self, other) -> bool:
         # The same devices in the same grid with the same axis names is the same mesh,
@@ -206,6 +211,11 @@ def constraint(mesh: Mesh, spec: tuple) -> tuple[str, object]:
     key = f"{mesh.key}{spec}"
     CONSTRAINTS[key] = named
     return key, named
+
+
+def mesh_by_key(key: str) -> Mesh | None:
+    """The first ``Mesh`` made with this ``key`` in the process (None: none was)."""
+    return _BY_KEY.get(key)
 
 
 def lazax_mesh(jax_mesh) -> Mesh | None:

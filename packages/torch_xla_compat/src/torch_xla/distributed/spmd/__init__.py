@@ -27,6 +27,8 @@ Contract:
 
 from __future__ import annotations
 
+import torch
+
 import lazax.modes as lx
 
 from ..._sharded import unwrap
@@ -71,10 +73,12 @@ __all__ = [
 
 def mark_sharding(t, mesh=None, partition_spec=()) -> XLAShardedTensor:
     """Shard ``t`` over ``mesh`` (the global mesh when None), in place; returns it as an
-    ``XLAShardedTensor``."""
+    ``XLAShardedTensor`` (while dynamo traces: ``t`` itself, constrained in the graph)."""
     mesh = mesh if mesh is not None else get_global_mesh()
     if mesh is None:
         raise ValueError("mark_sharding: no mesh given and no global mesh set")
+    if torch.compiler.is_compiling():
+        return lx.mark_sharding(t, mesh, tuple(partition_spec))
     t = unwrap(t)
     lx.mark_sharding(t, mesh, tuple(partition_spec))
     return XLAShardedTensor(t)

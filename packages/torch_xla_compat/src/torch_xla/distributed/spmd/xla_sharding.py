@@ -96,20 +96,17 @@ class ShardingSpec:
 
 
 class MarkShardingFunction(torch.autograd.Function):
-    """Shard the value forward and its gradient backward, over the same mesh and spec."""
+    """Shard the value forward and its gradient backward, over the same mesh and spec
+    (``lx.sharding_constraint``: a torch op, which AOTAutograd and dynamo trace)."""
 
     @staticmethod
     def forward(ctx, t, mesh, partition_spec):
         ctx.mesh, ctx.spec = mesh, tuple(partition_spec)
-        out = t.clone()  # a new tensor: autograd records this function as its producer
-        lx.mark_sharding(out, mesh, ctx.spec)
-        return out
+        return lx.sharding_constraint(t, mesh, ctx.spec)
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.clone()
-        lx.mark_sharding(grad, ctx.mesh, ctx.spec)
-        return grad, None, None
+        return lx.sharding_constraint(grad, ctx.mesh, ctx.spec), None, None
 
 
 def mark_sharding_with_gradients(t, mesh, partition_spec):
