@@ -153,18 +153,20 @@ def test_marking_an_input_or_a_parameter_under_dynamo_lays_it_out_as_outside(mes
     torch._dynamo.reset()
 
     class Marks(torch.nn.Module):
-        def __init__(self):
+        def __init__(self, marks: bool):
             super().__init__()
             self.fc = torch.nn.Linear(8, 8)
+            self.marks = marks
 
         def forward(self, x):
-            lx.mark_sharding(x, mesh, ("data", None))
-            lx.mark_sharding(self.fc.weight, mesh, ("model", None))
+            if self.marks:
+                lx.mark_sharding(x, mesh, ("data", None))
+                lx.mark_sharding(self.fc.weight, mesh, ("model", None))
             return self.fc(x).sum()
 
     torch.manual_seed(0)
-    cpu = Marks()
-    model = Marks()
+    cpu = Marks(False)
+    model = Marks(True)
     model.load_state_dict(cpu.state_dict())
     model.to(DEV)
     x = torch.randn(4, 8)

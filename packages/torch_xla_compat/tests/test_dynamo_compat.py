@@ -8,8 +8,11 @@ import pytest
 import torch
 import torch_xla
 import torch_xla.debug.metrics as met
+import torch_xla.distributed.spmd as xs
 from torch_xla import _XLAC
 from torch_xla._dynamo import dynamo_backend2
+
+import lazax.modes as lx
 
 
 def _f(x, y):
@@ -87,9 +90,6 @@ def test_pending_inputs_synced_before_a_dynamo_graph_are_counted_as_torch_xla_do
 
 
 def test_mark_sharding_of_an_activation_inside_openxla_stays_in_one_graph():
-    import lazax.modes as lx  # noqa: PLC0415  (the device count decides the skip)
-    import torch_xla.distributed.spmd as xs  # noqa: PLC0415
-
     n = lx.global_device_count()
     if n < 2:
         pytest.skip("needs 2 devices")
