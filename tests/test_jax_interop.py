@@ -148,6 +148,30 @@ def test_gradients_skip_integer_inputs_and_unused_outputs():
     torch.testing.assert_close(xl.grad.cpu(), x.grad)
 
 
+def test_a_loop_called_for_gradients_runs_forward_once():
+    """Where gradients are wanted the node keeps jax.vjp's residuals, so the forward
+    loop is not run again in the backward: two while loops, as under jax.grad."""
+
+    def stack(x, w):
+        return jax.lax.scan(lambda c, wi: (jnp.tanh(c @ wi), None), x, w)[0]
+
+    x, w = torch.randn(4, 8), torch.randn(3, 8, 8) / 3
+    xl = x.to(DEV).requires_grad_()
+    wl = w.to(DEV).requires_grad_()
+    out = lx.call_jax(stack, xl, wl)
+    (out * out).sum().backward()
+    text = lx.program_text([out, xl.grad, wl.grad], form="stablehlo")
+    assert text.count("stablehlo.while") == 2
+    want = jax.grad(lambda a, b: (stack(a, b) ** 2).sum(), argnums=(0, 1))
+    gx, gw = want(jnp.asarray(x.numpy()), jnp.asarray(w.numpy()))
+    torch.testing.assert_close(out.detach().cpu().numpy(), np.asarray(stack(x.numpy(), w.numpy())))
+    np.testing.assert_allclose(xl.grad.cpu().numpy(), np.asarray(gx), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(wl.grad.cpu().numpy(), np.asarray(gw), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():  # no gradients wanted: no residuals either
+        plain = lx.call_jax(stack, xl, wl)
+    assert "stablehlo.while" in lx.program_text([plain], form="stablehlo")
+
+
 def test_errors_say_what_to_pass():
     x = torch.ones(2, device=DEV)
     with pytest.raises(ValueError, match="no tensor among the arguments"):

@@ -13,7 +13,11 @@ Contract of ``call_jax(fn, *args, **kwargs)``:
   graph break (``prepare_call_jax`` is what it must not trace). On CPU tensors it runs
   through jax on the host.
 - The output specs come from ``jax.eval_shape``. Gradients reach every floating or
-  complex input through ``jax.vjp`` of ``fn``.
+  complex input through ``jax.vjp`` of ``fn``. Called where gradients are wanted (grad
+  mode on, an input that requires grad), the node is ``fn``'s forward with ``jax.vjp``'s
+  residuals as extra outputs, which the backward reads (``ops.jax_calls``): ``fn`` runs
+  once, as under ``jax.grad``. Where a residual has no torch dtype (a PRNG key), the
+  backward computes ``jax.vjp`` from the inputs instead.
 - The same function, statics and input specs make the same node: a call is prepared
   once per ``(fn, structure, specs)``; the node's code is a hash of the jaxpr (and of
   the values of the constants it captures), the same in every process, so an equal
@@ -33,8 +37,8 @@ import torch
 
 from lazax.pjrt import numpy_dtype
 
-from ..ops.jax_calls import CALLS, JaxCall, differentiable_dtype
-from ..state.dtypes import dtype_name, torch_dtype
+from ..ops.jax_calls import CALLS, JaxCall, Pullback, differentiable_dtype, pullback_leaves
+from ..state.dtypes import TORCH_DTYPES, dtype_name, torch_dtype
 
 __all__ = ["call_jax", "prepare_call_jax"]
 
@@ -102,13 +106,14 @@ def _fingerprint(closed: Any) -> int:
     return int.from_bytes(digest.digest(), "little") >> 2  # fits torch's int
 
 
-def prepare_call_jax(fn, desc: Any, specs: tuple) -> tuple[int, Any]:
+def prepare_call_jax(fn, desc: Any, specs: tuple, grad: bool = False) -> tuple[int, Any]:
     """(the node's function code, the output's description) for ``fn`` called on
-    ``desc`` with tensors of ``specs``; traced with jax once per key. ``lazax.dynamo``
-    marks it ``assume_constant_result``: dynamo runs it once, while it traces, and keeps
-    the result as a constant (marked there, so that importing lazax does not import
+    ``desc`` with tensors of ``specs``; traced with jax once per key. ``grad``: the
+    code of its forward with residuals, where it has one. ``lazax.dynamo`` marks it
+    ``assume_constant_result``: dynamo runs it once, while it traces, and keeps the
+    result as a constant (marked there, so that importing lazax does not import
     dynamo)."""
-    key = (fn, desc, specs)
+    key = (fn, desc, specs, grad)
     try:
         found = _PREPARED.get(key)
     except TypeError:  # an unhashable static argument
@@ -137,8 +142,49 @@ def prepare_call_jax(fn, desc: Any, specs: tuple) -> tuple[int, Any]:
     if code not in CALLS:
         differentiable = tuple(differentiable_dtype(d) for _, d in specs)
         CALLS[code] = JaxCall(name, flat_fn, outputs, differentiable)
+    if grad:
+        code = _with_residuals(CALLS[code], structs, specs) or code
     found = _PREPARED[key] = (code, out_desc[0])
     return found
+
+
+def _dtype_name(aval) -> str:
+    """numpy's name of an output's dtype ("" for one numpy lacks: a PRNG key's)."""
+    try:
+        return np.dtype(aval.dtype).name
+    except TypeError:
+        return ""
+
+
+def _with_residuals(base: JaxCall, structs: list, specs: tuple) -> int | None:
+    """The code of ``base``'s forward with residuals (see the module docstring); None
+    when nothing is differentiable or a residual has no torch dtype."""
+    differentiable = base.differentiable
+    if not any(differentiable):
+        return None
+
+    def forward(*arrays):
+        outs, pullback = pullback_leaves(base.flat_fn, differentiable, arrays)
+        return list(outs) + jax.tree_util.tree_leaves(pullback)
+
+    def pullback_of(*arrays):
+        return pullback_leaves(base.flat_fn, differentiable, arrays)[1]
+
+    closed = jax.make_jaxpr(forward)(*structs)
+    tree = jax.tree_util.tree_structure(jax.eval_shape(pullback_of, *structs))
+    count = len(base.outputs)
+    avals = closed.out_avals
+    names = [_dtype_name(aval) for aval in avals]
+    if tree.num_leaves != len(avals) - count or any(n not in TORCH_DTYPES for n in names):
+        return None
+    code = _fingerprint(closed)
+    if code not in CALLS:
+        outputs = tuple((tuple(a.shape), torch_dtype(n)) for a, n in zip(avals, names))
+        primal = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals[:count])
+        grads = tuple((tuple(shape), d) for (shape, d), w in zip(specs, differentiable) if w)
+        pullback = Pullback(count, tree, primal, grads)
+        CALLS[code] = JaxCall(base.name, forward, outputs, differentiable, pullback)
+    return code
 
 
 def call_jax(fn, *args, **kwargs):
@@ -151,5 +197,9 @@ def call_jax(fn, *args, **kwargs):
             "directly, or pass the tensors it computes on"
         )
     specs = tuple((tuple(t.shape), t.dtype) for t in tensors)
-    code, out_desc = prepare_call_jax(fn, desc, specs)
+    grad = False
+    if torch.is_grad_enabled():
+        for t in tensors:  # a loop, not any(): dynamo traces this
+            grad = grad or t.requires_grad
+    code, out_desc = prepare_call_jax(fn, desc, specs, grad)
     return _build(out_desc, torch.ops.lazax.call_jax(tensors, code))
