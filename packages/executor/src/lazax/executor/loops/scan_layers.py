@@ -191,9 +191,9 @@ def prepare_loop(layers: list, x, args: tuple, kwargs: dict, checkpoint: bool, c
     return Loop(scan, params, extras, per_layer, shared, output)
 
 
-def _row(stacked, index):
-    """Row ``index`` (a 0-dim array: read at run time) of ``stacked``."""
-    return jax.lax.dynamic_index_in_dim(stacked, index, 0, keepdims=False)
+def _rows(stacked, indices):
+    """The rows of ``stacked`` at ``indices`` (0-dim arrays: read at run time)."""
+    return [jax.lax.dynamic_index_in_dim(stacked, i, 0, keepdims=False) for i in indices]
 
 
 _INDICES: dict = {}  # (device, i) -> a 0-dim int32 tensor holding i, on that device
@@ -224,10 +224,11 @@ class _StackLayers(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return tuple(
-            call_jax(_row, grad, _index(ctx.device, i)) if needed else None
-            for i, needed in enumerate(ctx.needs_input_grad)
-        )
+        # One node for every layer's row: a node per layer cost a call per parameter
+        # and layer on every step's trace.
+        wanted = [i for i, needed in enumerate(ctx.needs_input_grad) if needed]
+        rows = iter(call_jax(_rows, grad, [_index(ctx.device, i) for i in wanted]))
+        return tuple(next(rows) if needed else None for needed in ctx.needs_input_grad)
 
 
 def scan_layers(layers, x: torch.Tensor, *args, checkpoint: bool = False, **kwargs):
