@@ -282,6 +282,38 @@ def test_predicates(no_fallback):
     check(torch.nan_to_num, randint(-3, 3, 4))
 
 
+def _close_each(x, y, **kwargs):
+    """torch.allclose of each pair of elements: isclose as allclose reaches it."""
+    x, y = torch.broadcast_tensors(x, y)
+    x, y = x.reshape(-1), y.reshape(-1)
+    close = [torch.allclose(x[i], y[i], **kwargs) for i in range(x.numel())]
+    return torch.tensor(close, device=x.device)
+
+
+def test_isclose(no_fallback):
+    """torch's closeness formula, as aten.isclose (allclose's) and torch.isclose (which
+    torch decomposes) reach lazax: tolerances, NaN, infinities, half types rounded step
+    by step, integers (subtracted as integers), bools, broadcasting."""
+    a = torch.tensor([1.0, 1.0, NAN, INF, -INF, INF, 0.0, 1e-9, 100.0, -3.0])
+    b = torch.tensor([1.0, 1.0 + 1e-6, NAN, INF, INF, 1e30, 1e-8, 0.0, 101.0, -3.1])
+    cases = [
+        (a, b, {}),
+        (a, b, {"equal_nan": True}),
+        (a, b, {"rtol": 0.02}),
+        (a, b, {"atol": 0.2}),
+        (a, b, {"rtol": 0.0, "atol": 0.0}),
+        (a.to(BF16), (a + 0.004).to(BF16), {"rtol": 1e-2}),
+        (a.to(F16), (a * 1.001).to(F16), {"rtol": 1e-3}),
+        (torch.tensor([2**62, -(2**62), 5, 7]), torch.tensor([-(2**62), 2**62, 6, 9]), {"atol": 1}),
+        (torch.tensor([True, False, True]), torch.tensor([True, True, False]), {}),
+        (randn(3, 4), randn(4, seed=1), {"atol": 0.5}),
+        (randn(3, 4, dtype=F64), randn(4, seed=1, dtype=F64), {"atol": 0.5}),
+    ]
+    for x, y, kwargs in cases:
+        check(lambda p, q, kw=kwargs: torch.isclose(p, q, **kw), x, y)
+        check(lambda p, q, kw=kwargs: _close_each(p, q, **kw), x, y)
+
+
 # -- selection ---------------------------------------------------------------------------
 
 

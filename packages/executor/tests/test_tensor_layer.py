@@ -374,3 +374,37 @@ def test_torch_equal_is_read_from_the_device_as_torch_answers(a, b):
     before = lx.metrics.counter_value("aten::equal") or 0
     assert torch.equal(a.to(DEV), b.to(DEV)) is torch.equal(a, b)
     assert (lx.metrics.counter_value("aten::equal") or 0) == before
+
+
+@pytest.mark.parametrize(
+    "a, b, kwargs",
+    [
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 1e-9]), {}),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.1]), {}),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.1]), {"atol": 0.2}),
+        (torch.tensor([100.0]), torch.tensor([101.0]), {"rtol": 0.02}),
+        (torch.tensor([float("nan")]), torch.tensor([float("nan")]), {}),
+        (torch.tensor([float("nan")]), torch.tensor([float("nan")]), {"equal_nan": True}),
+        (torch.tensor([float("inf")]), torch.tensor([float("inf")]), {}),
+        (torch.ones(2, 3), torch.ones(3), {}),  # broadcast, as torch's isclose
+        (torch.zeros(0), torch.zeros(0), {}),
+        (torch.tensor([1, 2]), torch.tensor([1, 3]), {"atol": 1}),
+    ],
+)
+def test_torch_allclose_is_read_from_the_device_as_torch_answers(a, b, kwargs):
+    # Validation code calls torch.allclose on device tensors: computed there and read,
+    # not on the CPU fallback (which would warn and count aten::allclose).
+    before = lx.metrics.counter_value("aten::allclose") or 0
+    assert torch.allclose(a.to(DEV), b.to(DEV), **kwargs) is torch.allclose(a, b, **kwargs)
+    assert (lx.metrics.counter_value("aten::allclose") or 0) == before
+
+
+def test_torch_allclose_refuses_what_torch_refuses():
+    a, b = torch.ones(2), torch.ones(2, dtype=torch.float64)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.allclose(a, b)
+    with pytest.raises(RuntimeError) as lazax:
+        torch.allclose(a.to(DEV), b.to(DEV))
+    assert str(lazax.value) == str(cpu.value)
+    with pytest.raises(RuntimeError, match="must match"):
+        torch.allclose(torch.ones(2, device=DEV), torch.ones(3, device=DEV))

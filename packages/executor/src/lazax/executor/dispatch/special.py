@@ -9,6 +9,8 @@ Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result
 - ``equal`` (``torch.equal``): a Python bool, as torch's: False for different sizes,
   else every element equal (after promotion; NaN is unequal), computed on the device and
   read (one sync), not on the CPU fallback.
+- ``allclose`` (``torch.allclose``): a Python bool, ``isclose(...).all()`` computed on
+  the device and read (one sync), torch's checks and messages (``isclose``'s dtype rule).
 - ``native_batch_norm``: the functional form, with the running statistics written back.
 - AMP's and the fused optimizers' ops (``amp_ops``, ``fused_optim``).
 ``write_outs`` puts results into ``out=`` tensors, resized as torch resizes them.
@@ -151,6 +153,13 @@ def _equal(args, kwargs):
     return bool(aten._local_scalar_dense.default(aten.all.default(aten.eq.Tensor(a, b))))
 
 
+def _allclose(args, kwargs):
+    # torch's allclose is ``isclose(...).all().item()`` (CompositeExplicitAutograd, so a
+    # tensor subclass sees it whole): the same on the device, one read of one element.
+    close = aten.isclose.default(*args, **kwargs)
+    return bool(aten._local_scalar_dense.default(aten.all.default(close)))
+
+
 def _batch_norm_written(*args):
     # native_batch_norm updates running_mean/running_var in place although its schema
     # does not say so; run the functional form and write the new statistics back.
@@ -184,6 +193,7 @@ SPECIAL = {
     aten._to_copy.default: _to_copy,
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.equal.default: _equal,
+    aten.allclose.default: _allclose,
     **AMP_HANDLERS,
     **FUSED_OPTIMIZER_HANDLERS,
 }

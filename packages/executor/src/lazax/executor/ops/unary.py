@@ -1,7 +1,7 @@
 """One-argument math lowerings: exp/log, roots, trig and hyperbolic functions,
 ``sigmoid``, ``erf``; ``neg``/``abs``/``sign``/``sgn``; rounding (``floor``, ``ceil``,
 ``trunc``, ``round``, ``frac``); ``logit``; and the float predicates (``isnan``,
-``isinf``, ``isfinite``, ``isposinf``, ``isneginf``) and ``nan_to_num``; the complex
+``isinf``, ``isfinite``, ``isposinf``, ``isneginf``), ``isclose`` and ``nan_to_num``; the complex
 conjugate (``conj_physical``, and ``_conj``, torch's conjugate view, as a new tensor
 holding the conjugate: lazax tensors carry no conjugate bit, so writes through
 ``x.conj()`` do not reach ``x``, as with the CPU fallback before).
@@ -205,6 +205,25 @@ def isinf(ctx, self):
 def isfinite(ctx, self):
     """Finiteness test (true for integers)."""
     return jnp.isfinite(self) if kind(self.dtype) >= 2 else jnp.ones(self.shape, bool)
+
+
+@lowering(aten.isclose.default)
+def isclose(ctx, self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """torch's formula: equal, or finite ``|self - other| <= atol + |rtol * other|``,
+    each step rounded to the operands' dtype as torch's tensor ops round it; integer and
+    bool operands compute in the default float dtype; NaNs are close to each other with
+    ``equal_nan``."""
+    close = self == other
+    if equal_nan and kind(self.dtype) >= 2:
+        close = close | (jnp.isnan(self) & jnp.isnan(other))
+    steps = floating_dtype(self.dtype)
+    compute = opmath(steps)
+    x, y = to_dtype(self, compute), to_dtype(other, compute)
+    allowed = round_to(
+        to_dtype(atol, compute) + jnp.abs(round_to(to_dtype(rtol, compute) * y, steps)), steps
+    )
+    actual = jnp.abs(round_to(x - y, steps))
+    return close | (jnp.isfinite(actual) & (actual <= allowed))
 
 
 @lowering(aten.isposinf.default)
