@@ -263,6 +263,28 @@ def test_random_ops_draw_fresh_numbers_on_each_call_and_repeat_after_seeding():
     assert counter("DynamoInterpretedGraph") == interpreted
 
 
+def test_factories_inside_a_graph_are_replayed_not_interpreted():
+    # A mask built with torch.full, positions with linspace, noise with randn_like: the
+    # graph compiles once and replays; nothing is built on the host.
+    def fn(x):
+        n = x.shape[-1]
+        mask = torch.full((n, n), float("-inf"), device=x.device).triu(1)
+        ramp = torch.linspace(0.0, 1.0, n, device=x.device)
+        rows = torch.triu_indices(n, n, 1, device=x.device)[0]
+        noise = torch.randn_like(x) * 0.0
+        return (x @ x.T + mask).softmax(-1) * ramp + noise + rows.sum()
+
+    compiled = torch.compile(fn, backend="lazax")
+    interpreted, compiles = counter("DynamoInterpretedGraph"), counter("UncachedCompile")
+    for seed in range(3):
+        x = torch.randn(6, 6, generator=torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(compiled(x.to(DEV)).cpu(), fn(x))
+    assert counter("DynamoInterpretedGraph") == interpreted
+    assert counter("UncachedCompile") == compiles + 1
+    for name in ("full", "linspace", "triu_indices", "randn_like"):
+        assert counter(f"aten::{name}") == 0, name
+
+
 def test_a_python_float_argument_is_replayed_not_interpreted():
     compiled = torch.compile(lambda x, s: x * s + 1.0, backend="lazax")
     x = torch.arange(4.0)

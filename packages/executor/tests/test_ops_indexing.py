@@ -168,6 +168,41 @@ CASES.update(
             lambda d: torch.arange(0.5, 5, 1.5, dtype=torch.int64, device=d.device),
             torch.zeros(1),
         ),
+        "full": (lambda d: torch.full((2, 3), -1.5, device=d.device), torch.zeros(1)),
+        "full_int_bool_complex": (
+            lambda d: [
+                torch.full((3,), 7, device=d.device),
+                torch.full((2,), True, device=d.device),
+                torch.full((2,), 1 + 2j, device=d.device),
+            ],
+            torch.zeros(1),
+        ),
+        "linspace": (lambda d: torch.linspace(-2.0, 3.0, 11, device=d.device), torch.zeros(1)),
+        "linspace_one_and_none": (
+            lambda d: [
+                torch.linspace(4.3, 9, 1, device=d.device),
+                torch.linspace(0, 1, 0, device=d.device),
+            ],
+            torch.zeros(1),
+        ),
+        "linspace_int_wraps_uint8": (  # start converts to uint8 first (253), as torch's Scalar::to
+            lambda d: torch.linspace(-3, 7, 11, dtype=torch.uint8, device=d.device),
+            torch.zeros(1),
+        ),
+        "linspace_bf16": (
+            lambda d: torch.linspace(0.3, 17.9, 9, dtype=torch.bfloat16, device=d.device),
+            torch.zeros(1),
+        ),
+        "linspace_tensor_ends": (lambda d: torch.linspace(d[0], d[0] + 1, 5), torch.zeros(1)),
+        "logspace": (lambda d: torch.logspace(-1, 2, 7, base=2.0, device=d.device), torch.zeros(1)),
+        "tril_triu_indices": (
+            lambda d: [
+                f(r, c, o, device=d.device)
+                for f in (torch.tril_indices, torch.triu_indices)
+                for r, c, o in ((4, 4, 0), (3, 5, 1), (5, 3, -2), (0, 3, 0), (3, 3, 9), (3, 3, -9))
+            ],
+            torch.zeros(1),
+        ),
         # XLA has no add or multiply on bool: torch's bool sum is "or", product "and".
         "scatter_add_bool": (
             lambda x, i, s: x.scatter_add(1, i, s),
@@ -244,7 +279,7 @@ CASES.update(
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_indexing(name):
+def test_indexing(name, no_fallback):
     fn, *args = CASES[name]
     check_against_cpu(fn, *args)
 

@@ -80,6 +80,25 @@ def test_randint_and_random_(no_fallback):
     assert u8.min() >= 250 and u8.max() <= 255
 
 
+def test_like_factories_and_randperm(no_fallback):
+    x = torch.zeros(N, dtype=torch.bfloat16, device=DEV)
+    n = torch.randn_like(x)
+    assert n.dtype == torch.bfloat16 and n.device == x.device
+    n = n.cpu().double()
+    assert abs(n.mean().item()) < 0.1 and abs(n.std().item() - 1) < 0.1
+    u = torch.rand_like(x, dtype=torch.float64).cpu()
+    assert u.dtype == torch.float64 and u.min() >= 0 and u.max() < 1
+    r = torch.randint_like(x, 3, 7).cpu()
+    assert r.dtype == torch.bfloat16 and r.min() == 3 and r.max() == 6
+    r = torch.randint_like(torch.zeros(N, dtype=torch.int32, device=DEV), 5).cpu()
+    assert r.dtype == torch.int32 and r.min() == 0 and r.max() == 4
+    assert not torch.equal(torch.randn_like(x).cpu(), torch.randn_like(x).cpu())
+    for dtype in (torch.int64, torch.float32):
+        p = torch.randperm(50, dtype=dtype, device=DEV).cpu()
+        assert p.dtype == dtype and sorted(p.tolist()) == list(range(50))
+    assert torch.randperm(0, device=DEV).shape == (0,)
+
+
 def test_bernoulli(no_fallback):
     m = torch.empty(N, device=DEV).bernoulli_(0.25).cpu()
     assert set(m.unique().tolist()) <= {0.0, 1.0} and abs(m.mean().item() - 0.25) < 0.05

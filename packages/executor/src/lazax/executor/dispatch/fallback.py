@@ -11,9 +11,10 @@ because an op has no lowering; it is slower, and the counter says which op.
 No silent CPU work (``LAZAX_FALLBACK``, read at each fallback): ``warn`` (the default)
 warns the first time each op falls back in the process (a ``UserWarning`` naming the op,
 the user's file and line that called it, the counter, and the switch); ``silent`` only
-counts; ``error`` raises ``RuntimeError`` at the call, before anything runs. Factories
-that lazax builds on the host by design (``dispatch.kernels``: ``full``, ``eye``...,
-no device input to read) pass ``notice=False``: counted, never warned about or refused.
+counts; ``error`` raises ``RuntimeError`` at the call, before anything runs. A factory
+of ``dispatch.kernels`` with no rule (none today: ``full``, ``linspace``, ``randperm``...
+are lowered) is built on the host with ``notice=False``: counted, never warned about or
+refused (no device input to read).
 """
 
 from __future__ import annotations

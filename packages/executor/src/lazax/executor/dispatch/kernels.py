@@ -71,8 +71,9 @@ def _factory(func):
         return lambda *args, **kwargs: run_plan(
             plan, args, kwargs, device_index=_index(kwargs.get("device"))
         )
-    # Built on the host and uploaded by design (no device input to read, nothing to
-    # sync): counted, but not the silent CPU work LAZAX_FALLBACK warns about.
+    # Every factory listed has a rule today; one added without a rule is built on the
+    # host and uploaded (no device input to read, nothing to sync): counted, but not the
+    # silent CPU work LAZAX_FALLBACK warns about.
     return lambda *args, **kwargs: fallback(func, args, kwargs, notice=False)
 
 

@@ -167,6 +167,11 @@ def full_like(ctx, x, fill_value, **kwargs):
     return jnp.full(ctx.shape, fill_value, ctx.dtype)
 
 
+@lowering(aten.full.default)
+def full(ctx, size, fill_value, **kwargs):
+    return jnp.full(ctx.shape, jnp.asarray(fill_value).astype(ctx.dtype), ctx.dtype)
+
+
 @lowering(aten.new_full.default)
 def new_full(ctx, x, size, fill_value, **kwargs):
     return jnp.full(ctx.shape, fill_value, ctx.dtype)

@@ -1,6 +1,7 @@
 """Random ops: the functional forms of the in-place samplers (``normal_``, ``uniform_``,
 ``bernoulli_``, ``random_``, ``exponential_``, ``geometric_``, ``log_normal_``,
-``cauchy_``), ``normal`` with tensor parameters, ``bernoulli``, ``multinomial``, and
+``cauchy_``), ``randn_like``/``rand_like``/``randint_like``, ``randperm``, ``normal`` with tensor
+parameters, ``bernoulli``, ``multinomial``, and
 dropout (``native_dropout`` and its backward).
 
 Contract: every rule registered with ``random=True`` draws from ``ctx.key`` only, a
@@ -54,6 +55,16 @@ def normal_tensor(ctx, mean, std=1.0, *, generator=None):
 @lowering(aten.uniform.default, random=True)
 def uniform(ctx, x, low=0.0, high=1.0, *, generator=None):
     return _uniform(ctx, low, high)
+
+
+@lowering(aten.randn_like.default, random=True)
+def randn_like(ctx, x, **kwargs):
+    return jax.random.normal(ctx.key, ctx.shape, _float(ctx.dtype))
+
+
+@lowering(aten.rand_like.default, random=True)
+def rand_like(ctx, x, **kwargs):
+    return _uniform(ctx)
 
 
 @lowering(aten.bernoulli.p, random=True)
@@ -116,6 +127,21 @@ def random_to(ctx, x, to, *, generator=None):
 @lowering("aten::random.from", random=True)  # `from` is a Python keyword
 def random_from(ctx, x, low, high=None, *, generator=None):
     return _randint(ctx, low, _dtype_top(ctx.dtype) if high is None else high)
+
+
+@lowering(aten.randint_like.default, aten.randint_like.Tensor, random=True)
+def randint_like(ctx, x, high, **kwargs):
+    return _randint(ctx, 0, high)
+
+
+@lowering(aten.randint_like.low_dtype, random=True)
+def randint_like_low(ctx, x, low, high, **kwargs):
+    return _randint(ctx, low, high)
+
+
+@lowering(aten.randperm.default, random=True)
+def randperm(ctx, n, **kwargs):
+    return jax.random.permutation(ctx.key, n)
 
 
 @lowering(aten.exponential.default, random=True)

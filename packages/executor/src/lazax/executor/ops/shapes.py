@@ -1,10 +1,13 @@
-"""Shape-making ops and factories: triu/tril, arange, flip, rot90, roll, repeat,
-constant_pad_nd, diag_embed, channel_shuffle.
+"""Shape-making ops and factories: triu/tril, arange, linspace/logspace, tril_indices/
+triu_indices, flip, rot90, roll, repeat, constant_pad_nd, diag_embed, channel_shuffle.
 
 Contract (as every op family, see ``_registry``): each rule computes the aten op's
 result for the output spec torch infers. ``arange`` scalars arrive as plain Python
 numbers (the tensor layer never lifts them: they decide the length, which comes from
-torch's meta kernel).
+torch's meta kernel). ``linspace``/``logspace`` follow torch's CPU kernel: the first
+half counts up from ``start``, the second down from ``end`` (so both ends are exact),
+integer results step in float64 and truncate. ``tril_indices``/``triu_indices`` are
+computed on the device from the row lengths (no constant the size of the result).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ._promotion import opmath, round_to
 from ._registry import lowering
 
 aten = torch.ops.aten
@@ -62,6 +66,80 @@ def arange_start(ctx, start, end, **kwargs):
 @lowering(aten.arange.start_step)
 def arange_start_step(ctx, start, end, step=1, **kwargs):
     return _arange(ctx, start, step)
+
+
+def _spaced(ctx, start, end, steps):
+    """torch's ``linspace`` values: ``start`` and ``end`` first converted to the result
+    dtype (``Scalar::to``: rounded, or wrapped for integers), then stepped in float64
+    for an integer result, else in the result's own precision, each step rounded to it
+    (half types compute in float32). torch's CPU kernel also steps per SIMD chunk, which
+    can move an integer result by one; that is not reproduced."""
+    out = jnp.dtype(ctx.dtype)
+    integral = jnp.issubdtype(out, jnp.integer) or out == jnp.bool_
+    compute = jnp.dtype(jnp.float64) if integral else opmath(out)
+    start = jnp.asarray(start).astype(out).astype(compute)
+    end = jnp.asarray(end).astype(out).astype(compute)
+    if steps == 1:
+        return jnp.broadcast_to(start, (1,))
+    r = lambda v: round_to(v, out)  # noqa: E731
+    i = lax.iota(compute, steps)
+    step = r((end - start) / (steps - 1))
+    up = r(start + r(step * i))
+    down = r(end - r(step * (steps - 1 - i)))
+    return jnp.where(i < steps // 2, up, down)
+
+
+@lowering(
+    aten.linspace.default,
+    aten.linspace.Tensor_Tensor,
+    aten.linspace.Tensor_Scalar,
+    aten.linspace.Scalar_Tensor,
+)
+def linspace(ctx, start, end, steps, **kwargs):
+    return _spaced(ctx, start, end, steps)
+
+
+@lowering(
+    aten.logspace.default,
+    aten.logspace.Tensor_Tensor,
+    aten.logspace.Tensor_Scalar,
+    aten.logspace.Scalar_Tensor,
+)
+def logspace(ctx, start, end, steps, base=10.0, **kwargs):
+    """``base ** linspace``, the power taken in float64 as torch's ``std::pow(double,
+    ...)``."""
+    if steps == 1:  # torch: base ** start, start not rounded to the result dtype
+        exponent = jnp.asarray(start).astype(jnp.float64).reshape(1)
+    else:
+        exponent = _spaced(ctx, start, end, steps).astype(jnp.float64)
+    return jnp.power(jnp.asarray(base).astype(jnp.float64), exponent)
+
+
+def _triangle_indices(ctx, first, count):
+    """``(2, N)`` row and column indices of a triangle whose row ``r`` holds ``count[r]``
+    columns starting at ``first[r]``, in row-major order."""
+    n = ctx.shape[1]
+    if n == 0:
+        return jnp.zeros((2, 0), ctx.dtype)
+    ends = jnp.cumsum(count)
+    k = lax.iota(jnp.int64, n)
+    r = jnp.searchsorted(ends, k, side="right")
+    c = first[r] + k - (ends[r] - count[r])
+    return jnp.stack([r, c]).astype(ctx.dtype)
+
+
+@lowering(aten.tril_indices.default)
+def tril_indices(ctx, row, col, offset=0, **kwargs):
+    rows = lax.iota(jnp.int64, row)
+    count = jnp.clip(rows + 1 + offset, 0, col)
+    return _triangle_indices(ctx, jnp.zeros_like(rows), count)
+
+
+@lowering(aten.triu_indices.default)
+def triu_indices(ctx, row, col, offset=0, **kwargs):
+    rows = lax.iota(jnp.int64, row)
+    first = jnp.clip(rows + offset, 0, col)
+    return _triangle_indices(ctx, first, col - first)
 
 
 @lowering(aten.rot90.default)
