@@ -478,3 +478,38 @@ def test_convolution_backward_with_every_output_masked_off_returns_nones(eager):
     expected = torch.ops.aten.convolution_backward(g, x, w, *conv_args, [False, True, False])
     assert only_weight[0] is None and only_weight[2] is None
     torch.testing.assert_close(only_weight[1].cpu(), expected[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["lazy", "eager"])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 4), (5, 3)], ids=["2d", "1d"])
+def test_batch_norm_whose_input_needs_no_gradient_trains(eager, shape):
+    # The first layer of a model: autograd asks native_batch_norm_backward for the
+    # weight's and bias's gradients only (output_mask [False, True, True]).
+    from lazax.executor import EXECUTOR
+
+    torch.manual_seed(0)
+    cpu = torch.nn.BatchNorm2d(3) if len(shape) == 4 else torch.nn.BatchNorm1d(3)
+    x = torch.randn(*shape)
+    with EXECUTOR.mode(eager=eager), no_cpu_fallback():
+        lz = type(cpu)(3).to(DEV)
+        lz.load_state_dict(cpu.state_dict())
+        (lz(x.to(DEV)) ** 2).sum().backward()
+        got = [t.cpu() for t in (lz.weight.grad, lz.bias.grad, lz.running_var)]
+    (cpu(x) ** 2).sum().backward()
+    for a, b in zip(got, (cpu.weight.grad, cpu.bias.grad, cpu.running_var)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    args = (
+        x,
+        x,
+        cpu.weight,
+        None,
+        None,
+        x.mean((0, 2, 3) if len(shape) == 4 else 0),
+        cpu.running_var,
+    )
+    expected = torch.ops.aten.native_batch_norm_backward(*args, True, 1e-5, [False, True, True])
+    with EXECUTOR.mode(eager=eager):
+        lz_args = [a if a is None else a.to(DEV) for a in args]
+        got = torch.ops.aten.native_batch_norm_backward(*lz_args, True, 1e-5, [False, True, True])
+    assert got[0] is None and expected[0] is None
+    torch.testing.assert_close(got[1].cpu(), expected[1], rtol=1e-4, atol=1e-4)

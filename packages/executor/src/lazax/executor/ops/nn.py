@@ -22,6 +22,7 @@ import torch
 from jax import lax
 
 from ._bounds import IN_SELF, check_index
+from ._arguments import output_specs
 from ._nn_common import acc_dtype
 from ._registry import lowering
 
@@ -197,6 +198,15 @@ def batch_norm_functional(ctx, x, weight, bias, running_mean, running_var, train
     new_var = (1 - momentum) * running_var.astype(acc) + momentum * unbiased
     out = _bn_forward(x, weight, bias, mean, invstd, acc)
     return out, mean, invstd, new_mean, new_var
+
+
+@output_specs(aten.native_batch_norm_backward.default)
+def native_batch_norm_backward_specs(*args):
+    # The meta kernel gives all three gradients; the CPU kernel leaves the ones
+    # ``output_mask`` turns off undefined (None), as the rule below does (a BatchNorm
+    # whose input needs no gradient: the first layer of a model).
+    outs = aten.native_batch_norm_backward.default(*args)
+    return tuple(o if wanted else None for o, wanted in zip(outs, args[-1]))
 
 
 @lowering(aten.native_batch_norm_backward.default)
