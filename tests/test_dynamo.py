@@ -285,6 +285,20 @@ def test_factories_inside_a_graph_are_replayed_not_interpreted():
         assert counter(f"aten::{name}") == 0, name
 
 
+def test_ops_with_effect_tokens_run_and_raise_torchs_error():
+    # torch.linalg.inv checks its result with _linalg_check_errors, an op AOTAutograd
+    # orders with effect tokens (None at run time); its check reads the host, as CUDA's.
+    def fn(a):
+        return torch.linalg.inv(a) @ a
+
+    compiled = torch.compile(fn, backend="lazax")
+    for seed in range(2):
+        a = torch.randn(3, 3, generator=torch.Generator().manual_seed(seed)) + 3 * torch.eye(3)
+        torch.testing.assert_close(compiled(a.to(DEV)).cpu(), fn(a), rtol=1e-4, atol=1e-4)
+    with pytest.raises(torch.linalg.LinAlgError, match="diagonal element 1 is zero"):
+        compiled(torch.zeros(3, 3, device=DEV)).cpu()
+
+
 def test_a_python_float_argument_is_replayed_not_interpreted():
     compiled = torch.compile(lambda x, s: x * s + 1.0, backend="lazax")
     x = torch.arange(4.0)

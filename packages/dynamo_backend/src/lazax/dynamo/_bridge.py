@@ -18,7 +18,9 @@ with dimensions) is interpreted on every call instead: its ops run lazily throug
 the tensor layer, the op without a lowering through the CPU fallback (counted under its
 ``aten::`` name), and the rest as graphs around it; each such call is counted as
 ``DynamoInterpretedGraph``.
-Eager mode is off while the bridge works: a compiled graph runs as one graph.
+Eager mode is off while the bridge works: a compiled graph runs as one graph. Effect
+tokens (AOTAutograd's ordering of ops with side effects, None at run time) are not
+tensor arguments: each ``with_effects`` call runs its op in place.
 """
 
 from __future__ import annotations
@@ -51,8 +53,11 @@ class GraphBridge:
         # the ``functools.wraps`` of dynamo's ``disable`` (around backward) copies it.
         self._boxed_call = True
         self.gm = gm
+        tokens = _effect_tokens(gm)
         self.tensor_positions = [
-            i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)
+            i
+            for i, x in enumerate(example_inputs)
+            if isinstance(x, torch.Tensor) and i not in tokens
         ]
         self.sym_positions = [
             i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)
@@ -120,6 +125,33 @@ class GraphBridge:
             flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
             sync_inputs([*args, *flat])
         return outputs
+
+
+def _run_with_effects(token, op, *args, **kwargs):
+    """``higher_order.with_effects`` without its token: the op runs where the graph
+    calls it (lazax keeps the graph's order), and no token comes back."""
+    out = op(*args, **kwargs)
+    return (None, *out) if isinstance(out, tuple) else (None, out)
+
+
+def _effect_tokens(gm: torch.fx.GraphModule) -> set[int]:
+    """The input positions of AOTAutograd's effect tokens, which orders ops with side
+    effects (``_linalg_check_errors``, ``torch.linalg.inv``'s error check) by threading a
+    token through ``with_effects`` calls. At run time the tokens are None and the
+    returned ones are dropped (``EffectTokensWrapper``); each ``with_effects`` is
+    rewritten to call its op directly."""
+    with_effects = getattr(torch.ops.higher_order, "with_effects", None)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    tokens = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is with_effects:
+            token = node.args[0]
+            if token in placeholders:
+                tokens.add(placeholders.index(token))
+            node.target = _run_with_effects
+    if tokens:
+        gm.recompile()
+    return tokens
 
 
 def graph_name(gm: torch.fx.GraphModule) -> str:
