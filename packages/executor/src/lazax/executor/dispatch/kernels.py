@@ -14,6 +14,7 @@ import torch
 from lazax import ir
 
 from ..ops import get_lowering
+from ..ops.rnn import gru_cell_backward_specs, gru_cell_specs
 from ..state.dtypes import dtype_name
 from ..state.layout import Layout
 from ..tensor.lazy import new_tensor
@@ -92,6 +93,10 @@ def register_kernels() -> None:
     lib.impl("_copy_from", copy_from, "PrivateUse1")
     for name in _FACTORIES:
         lib.impl(name, _factory(aten_overload(name)), "PrivateUse1")
+    # torch has meta kernels for the fused LSTM cell, not the GRU's (a CUDA-only op):
+    # without them dynamo cannot fake nn.GRU on a lazax tensor.
+    lib.impl("_thnn_fused_gru_cell", gru_cell_specs, "Meta")
+    lib.impl("_thnn_fused_gru_cell_backward", gru_cell_backward_specs, "Meta")
     for name, kernel in composite_out_kernels():
         lib.impl(name, kernel, "AutogradPrivateUse1")
     _LIBRARY = lib

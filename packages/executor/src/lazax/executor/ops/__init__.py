@@ -25,6 +25,7 @@ from . import (  # noqa: E402,F401
     pooling,  # max/avg/adaptive pooling, upsampling (+ backward)
     random,  # normal_, uniform_, bernoulli, random_
     reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
+    rnn,  # the fused LSTM/GRU cells of nn.LSTM/GRU off the CPU (+ backward)
     shapes,  # triu/tril, arange, flip, roll, repeat, constant_pad_nd, diag_embed
     sharding,  # lazax::shard, the sharding constraint
     sorting,  # sort, topk, searchsorted, bucketize, nonzero_static

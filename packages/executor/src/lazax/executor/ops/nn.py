@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ._bounds import IN_SELF, check_index
 from ._arguments import output_specs
+from ._bounds import IN_SELF, check_index
 from ._nn_common import acc_dtype
 from ._registry import lowering
 
