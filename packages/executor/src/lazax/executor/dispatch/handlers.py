@@ -52,6 +52,8 @@ def _functional_counterpart(func, drop_out: bool = False):
     Matching by signature, not by overload name, so that a rule is never fed its
     arguments in another order (``pow_.Scalar`` is not ``pow.Scalar``)."""
     name = func._schema.name.split("::")[1]
+    if name.startswith("__i") and not drop_out:  # x <<= y: __ilshift__ -> __lshift__
+        name = "__" + name[3:] + "_"
     base = name if drop_out else (name[:-1] if name.endswith("_") else None)
     if base is None:
         return None

@@ -10,6 +10,7 @@ from . import (  # noqa: E402,F401
     collectives,  # torch's functional collectives, between the job's processes
     conv,  # convolution (+ transposed), reflection/replication padding, pixel shuffle
     core,  # copies, conversions, factories, view pseudo-ops
+    distances,  # dist, renorm, cdist (+ backward), _euclidean_dist, linalg_cross
     elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
     experts,  # _grouped_mm (mixture-of-experts products), transformers' grouped_mm ops
     factorizations,  # torch.linalg: svd, qr, cholesky, eigh, LU (det, solve, inv), eye
@@ -21,6 +22,7 @@ from . import (  # noqa: E402,F401
     linalg,  # mm, bmm, addmm, baddbmm, dot
     losses,  # nll, mse, binary cross entropy, smooth L1/Huber (+ backward)
     manual,  # manual sharding's ends and its all-reduce (lazax::manual_*)
+    mathops,  # shifts, gcd/lcm, frexp, complex/polar, mvlgamma, isin, block_diag, ...
     nn,  # softmax, layer/group/batch norm, embedding (+ backward)
     pooling,  # max/avg/adaptive pooling, upsampling (+ backward)
     random,  # normal_, uniform_, bernoulli, random_
