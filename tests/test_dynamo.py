@@ -285,6 +285,41 @@ def test_factories_inside_a_graph_are_replayed_not_interpreted():
         assert counter(f"aten::{name}") == 0, name
 
 
+def test_a_constant_tensor_made_inside_the_graph_keeps_its_values():
+    # torch.tensor(list, device=...) inside a compiled function: dynamo and AOTAutograd
+    # fake it (it crashed on lazax's data_ptr), and the replay uses its values.
+    def fn(x):
+        index = torch.tensor([0, 2, 2], device=x.device)
+        mask = torch.tensor([[True, False, True, False]], device=x.device)
+        return x[index].masked_fill(mask, -1.0), index
+
+    compiled = torch.compile(fn, backend="lazax")
+    interpreted = counter("DynamoInterpretedGraph")
+    for seed in range(2):
+        x = torch.randn(5, 4, generator=torch.Generator().manual_seed(seed))
+        for got, expected in zip(compiled(x.to(DEV)), fn(x)):
+            torch.testing.assert_close(got.cpu(), expected)
+    assert counter("DynamoInterpretedGraph") == interpreted
+
+
+def test_attention_with_a_padding_mask_and_weights_trains():
+    # Its backward graph views a tangent with the strides it was traced with, which
+    # AOTAutograd restrides with torch.empty_strided: lazax keeps those strides.
+    torch.manual_seed(0)
+    cpu = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    lz = copy.deepcopy(cpu).to(DEV)
+
+    def fn(m, x, mask):
+        return m(x, x, x, key_padding_mask=mask, need_weights=True)[0]
+
+    compiled = torch.compile(fn, backend="lazax")
+    x = torch.randn(2, 4, 8)
+    mask = torch.tensor([[False, False, True, True], [False, False, False, True]])
+    compiled(lz, x.to(DEV), mask.to(DEV)).square().sum().backward()
+    fn(cpu, x, mask).square().sum().backward()
+    torch.testing.assert_close(lz.in_proj_weight.grad.cpu(), cpu.in_proj_weight.grad)
+
+
 def test_ops_with_effect_tokens_run_and_raise_torchs_error():
     # torch.linalg.inv checks its result with _linalg_check_errors, an op AOTAutograd
     # orders with effect tokens (None at run time); its check reads the host, as CUDA's.

@@ -408,3 +408,18 @@ def test_torch_allclose_refuses_what_torch_refuses():
     assert str(lazax.value) == str(cpu.value)
     with pytest.raises(RuntimeError, match="must match"):
         torch.allclose(torch.ones(2, device=DEV), torch.ones(3, device=DEV))
+
+
+def test_empty_strided_keeps_torchs_strides():
+    z = torch.empty_strided((2, 4, 8), (8, 16, 1), device=DEV)
+    assert z.stride() == (8, 16, 1) and not z.is_contiguous()
+    z.copy_(torch.arange(64.0).reshape(2, 4, 8))
+    torch.testing.assert_close(
+        z.transpose(0, 1).reshape(4, 16).cpu(),
+        torch.arange(64.0).reshape(2, 4, 8).transpose(0, 1).reshape(4, 16),
+    )
+    assert z.transpose(0, 1).view(4, 16).shape == (4, 16)  # a view torch allows at these strides
+    assert torch.empty_strided((2, 3), (3, 1), device=DEV).is_contiguous()
+    assert torch.empty_strided((2, 3), (0, 1), device=DEV).stride() == (0, 1)
+    assert torch.empty_strided((3, 0), (1, 1), device=DEV).shape == (3, 0)
+    assert z.new_empty_strided((2, 4, 8), (8, 16, 1), dtype=torch.int32).stride() == (8, 16, 1)

@@ -12,10 +12,12 @@ Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``).
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..barrier.executor import EXECUTOR
 from ..ops import get_lowering
 from ..tensor.lazy import LazyTensor
+from ..tensor.transfer import to_cpu
 from .fallback import fallback
 from .out_checks import checked_out
 from .plans import FUNCTIONAL, INPLACE, VIEW, OpPlan
@@ -135,7 +137,29 @@ def make_handler(func):
     handler = _make_handler(func)
     if func._schema.name in _CPU_INDICES_OK:
         return _upload_indices(handler)
+    if func in (aten.lift_fresh.default, aten.lift_fresh_copy.default):
+        return _fake_when_faking(handler)
     return handler
+
+
+def _fake_when_faking(handler):
+    """``torch.tensor(data, device="lazax")`` while dynamo or AOTAutograd trace a function
+    that makes a constant tensor: torch builds the data below the tracing modes, so they
+    meet a real lazax tensor in ``lift_fresh`` (``lift_fresh_copy`` under make_fx), refuse
+    it (a tensor subclass they do not know) and hand it here, unrecorded. A CUDA tensor
+    there would be lifted as a constant; this lifts the same values as a CPU constant
+    and moves it to the device, through the modes, so the trace records both steps and
+    its example value is a fake tensor on the lazax device."""
+
+    def run(args, kwargs):
+        if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
+            return handler(args, kwargs)
+        t = args[0]
+        with _disable_current_modes():
+            host = to_cpu(t)
+        return aten.lift_fresh_copy.default(host).to(t.device)
+
+    return run
 
 
 def _make_handler(func):

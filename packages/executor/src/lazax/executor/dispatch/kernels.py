@@ -43,7 +43,22 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-    return _empty(size, dtype=dtype, device=device)
+    """torch's strides kept: a contiguous tensor, or a strided view of a flat one as
+    large as the strides reach (AOTAutograd gives a tangent the strides its backward
+    graph was traced with this way, and that graph's views rely on them)."""
+    size, stride = tuple(size), tuple(stride)
+    if stride == _contiguous_strides(size) or 0 in size:
+        return _empty(size, dtype=dtype, device=device)
+    reach = 1 + sum((n - 1) * s for n, s in zip(size, stride))
+    return _empty((reach,), dtype=dtype, device=device).as_strided(size, stride)
+
+
+def _contiguous_strides(size) -> tuple:
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 # Factories whose CPU-side composite would build ``empty`` and fill it through an

@@ -11,6 +11,7 @@ Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result
   read (one sync), not on the CPU fallback.
 - ``allclose`` (``torch.allclose``): a Python bool, ``isclose(...).all()`` computed on
   the device and read (one sync), torch's checks and messages (``isclose``'s dtype rule).
+- ``new_empty_strided``: ``torch.empty_strided`` on ``self``'s device, strides kept.
 - ``native_batch_norm``: the functional form, with the running statistics written back.
 - AMP's and the fused optimizers' ops (``amp_ops``, ``fused_optim``).
 ``write_outs`` puts results into ``out=`` tensors, resized as torch resizes them.
@@ -160,6 +161,13 @@ def _allclose(args, kwargs):
     return bool(aten._local_scalar_dense.default(aten.all.default(close)))
 
 
+def _new_empty_strided(args, kwargs):
+    # Through the factory, which keeps the strides (dispatch.kernels).
+    x, size, stride = args
+    dtype = kwargs.get("dtype") or x.dtype
+    return torch.empty_strided(size, stride, dtype=dtype, device=x.device)
+
+
 def _batch_norm_written(*args):
     # native_batch_norm updates running_mean/running_var in place although its schema
     # does not say so; run the functional form and write the new statistics back.
@@ -194,6 +202,7 @@ SPECIAL = {
     aten._local_scalar_dense.default: _local_scalar_dense,
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
+    aten.new_empty_strided.default: _new_empty_strided,
     **AMP_HANDLERS,
     **FUSED_OPTIMIZER_HANDLERS,
 }
