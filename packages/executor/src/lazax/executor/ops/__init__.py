@@ -28,6 +28,7 @@ from . import (  # noqa: E402,F401
     random,  # normal_, uniform_, bernoulli, random_
     reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
     rnn,  # the fused LSTM/GRU cells of nn.LSTM/GRU off the CPU (+ backward)
+    sampling,  # grid_sampler_2d (F.grid_sample) (+ backward)
     shapes,  # triu/tril, arange, flip, roll, repeat, constant_pad_nd, diag_embed
     sharding,  # lazax::shard, the sharding constraint
     sorting,  # sort, topk, searchsorted, bucketize, nonzero_static
@@ -35,6 +36,7 @@ from . import (  # noqa: E402,F401
     transformer,  # the fused fast-path ops of nn.MultiheadAttention/TransformerEncoderLayer
     unary,  # exp/log, trig, sigmoid, erf, sign, rounding, logit, isnan/isinf
     views,  # view ops and reshapes
+    vision,  # prelu, im2col/col2im, adaptive max pool, bicubic, _trilinear, embedding_renorm
 )
 from ._registry import (
     DuplicateLoweringError,
