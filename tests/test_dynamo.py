@@ -320,6 +320,22 @@ def test_attention_with_a_padding_mask_and_weights_trains():
     torch.testing.assert_close(lz.in_proj_weight.grad.cpu(), cpu.in_proj_weight.grad)
 
 
+def test_one_hot_checks_its_classes_on_the_device_and_replays():
+    # F.one_hot's range checks are _assert_async calls in the FX graph: device-side
+    # checks in the replayed program, raising torch's message at the next read.
+    compiled = torch.compile(lambda x: F.one_hot(x, 6).float().sum(0), backend="lazax")
+    interpreted = counter("DynamoInterpretedGraph")
+    for labels in ([1, 3, 5], [0, 0, 2]):
+        x = torch.tensor(labels)
+        torch.testing.assert_close(compiled(x.to(DEV)).cpu(), F.one_hot(x, 6).float().sum(0))
+    assert counter("DynamoInterpretedGraph") == interpreted
+    assert counter("aten::_assert_async") == 0
+    with pytest.raises(RuntimeError, match="Class values must be smaller than num_classes"):
+        compiled(torch.tensor([1, 3, 7], device=DEV)).cpu()
+    with pytest.raises(RuntimeError, match="Class values must be non-negative"):
+        compiled(torch.tensor([-1, 3, 2], device=DEV)).cpu()
+
+
 def test_ops_with_effect_tokens_run_and_raise_torchs_error():
     # torch.linalg.inv checks its result with _linalg_check_errors, an op AOTAutograd
     # orders with effect tokens (None at run time); its check reads the host, as CUDA's.

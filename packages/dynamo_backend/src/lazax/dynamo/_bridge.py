@@ -20,7 +20,9 @@ the tensor layer, the op without a lowering through the CPU fallback (counted un
 ``DynamoInterpretedGraph``.
 Eager mode is off while the bridge works: a compiled graph runs as one graph. Effect
 tokens (AOTAutograd's ordering of ops with side effects, None at run time) are not
-tensor arguments: each ``with_effects`` call runs its op in place.
+tensor arguments: each ``with_effects`` call runs its op in place. ``_assert_async``
+(returns nothing) becomes ``lazax::assert_async``, a device-side check whose result
+the program keeps as an extra output, dropped from the call's outputs.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class GraphBridge:
         self._boxed_call = True
         self.gm = gm
         tokens = _effect_tokens(gm)
+        self.asserts = _checked_asserts(gm)
         self.tensor_positions = [
             i
             for i, x in enumerate(example_inputs)
@@ -87,9 +90,10 @@ class GraphBridge:
             replay = self._capture(key, args)
         else:
             self.replays.move_to_end(key)
-        if type(replay) is str:
-            return self._interpret(args)
-        return replay.run(args)
+        outputs = self._interpret(args) if type(replay) is str else replay.run(args)
+        if self.asserts:  # the checks' results are no outputs of the user's graph
+            return outputs[: -self.asserts]
+        return outputs
 
     @property
     def broken(self) -> str | None:
@@ -152,6 +156,35 @@ def _effect_tokens(gm: torch.fx.GraphModule) -> set[int]:
     if tokens:
         gm.recompile()
     return tokens
+
+
+# torch's words for _assert_async without a message.
+_NO_MESSAGE = "Expected Tensor with single nonzero value, but got zero"
+
+
+def _checked_asserts(gm: torch.fx.GraphModule) -> int:
+    """Rewrite each ``_assert_async(cond, msg)`` (``F.one_hot``'s range checks), which
+    returns nothing, into ``lazax::assert_async``, which returns ``cond`` and checks it on
+    the device, and append its result to the graph's outputs so that the program holds
+    the check; returns how many were appended (the bridge drops them from each call's
+    outputs). A failed check raises ``RuntimeError(msg)`` at the next sync point."""
+    targets = (torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
+    checks = []
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in targets:
+            message = node.args[1] if len(node.args) > 1 else _NO_MESSAGE
+            with gm.graph.inserting_after(node):
+                check = gm.graph.call_function(
+                    torch.ops.lazax.assert_async.default, (node.args[0], message)
+                )
+            gm.graph.erase_node(node)
+            checks.append(check)
+    if checks:
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        outs = output.args[0]
+        output.args = (type(outs)([*outs, *checks]),)
+        gm.recompile()
+    return len(checks)
 
 
 def graph_name(gm: torch.fx.GraphModule) -> str:

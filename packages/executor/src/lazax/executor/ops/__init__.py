@@ -6,6 +6,7 @@ Importing this package registers every rule (see ``_registry`` for the contract)
 # Families register their rules on import.
 from . import (  # noqa: E402,F401
     activations,  # relu, gelu, silu, elu, softplus, hard*, threshold (+ backward)
+    asserts,  # lazax::assert_async: torch's _assert_async as a checked op
     bags,  # _embedding_bag (nn.EmbeddingBag: sum, mean, max) + backward
     collectives,  # torch's functional collectives, between the job's processes
     conv,  # convolution (+ transposed), reflection/replication padding, pixel shuffle
