@@ -291,3 +291,38 @@ def test_index_with_bool_mask_runs_through_the_fallback():
     torch.testing.assert_close(x[x > 0].cpu(), X[X > 0])
     torch.testing.assert_close(x[x > 0.5].cpu(), X[X > 0.5])
     assert lx.metrics.counter_value("aten::index") == before + 2
+
+
+def test_factory_out_overloads_windows_and_narrow(no_fallback):
+    # torch's window functions fill an out= arange and narrow the periodic ones, in
+    # kernels below autograd: every step on the device.
+    for window in (
+        torch.hann_window,
+        torch.hamming_window,
+        torch.blackman_window,
+        torch.bartlett_window,
+    ):
+        for periodic in (True, False):
+            torch.testing.assert_close(window(9, periodic, device=DEV).cpu(), window(9, periodic))
+    cases = [
+        (lambda out: torch.arange(5, out=out), torch.empty(3)),  # resized, as torch
+        (lambda out: torch.arange(1, 9, 2, out=out), torch.empty(0, dtype=torch.int32)),
+        (lambda out: torch.linspace(0, 1, 5, out=out), torch.empty(5)),
+        (lambda out: torch.full((2, 2), 3, out=out), torch.empty(4, dtype=torch.int64)),
+    ]
+    for fill, out in cases:
+        expected = fill(out.clone())
+        got = fill(out.to(DEV))
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got.cpu(), expected)
+    x = torch.randn(5, 3)
+    for args in ((0, -2, 2), (1, 0, 2), (0, 5, 0)):
+        torch.testing.assert_close(torch.ops.aten.narrow(x.to(DEV), *args).cpu(), x.narrow(*args))
+    with pytest.raises(
+        IndexError, match=r"start out of range \(expected to be in range of \[-5, 5\], but got 6\)"
+    ):
+        torch.ops.aten.narrow(x.to(DEV), 0, 6, 0)
+    with pytest.raises(
+        RuntimeError, match=r"start \(3\) \+ length \(3\) exceeds dimension size \(5\)"
+    ):
+        torch.ops.aten.narrow(x.to(DEV), 0, 3, 3)

@@ -92,3 +92,48 @@ def test_an_lstm_step_under_torch_compile_replays(no_fallback):
         x = torch.randn(3, 2, 4, generator=torch.Generator().manual_seed(seed))
         torch.testing.assert_close(step(lz, x.to(DEV)).cpu(), cpu(x)[0].square().mean())
     assert (lx.metrics.counter_value("DynamoInterpretedGraph") or 0) == interpreted
+
+
+@pytest.mark.parametrize(
+    ("make", "lengths"),
+    [
+        (lambda: nn.LSTM(4, 5, batch_first=True), [4, 3, 2]),
+        (lambda: nn.GRU(4, 5, batch_first=True), [4, 2, 3]),  # enforce_sorted=False
+        (lambda: nn.LSTM(4, 5, batch_first=True, bidirectional=True), [2, 4, 3]),
+    ],
+    ids=["lstm_sorted", "gru_unsorted", "lstm_bidirectional_unsorted"],
+)
+def test_packed_sequences_through_a_recurrent_layer(make, lengths, no_fallback):
+    # pack_padded_sequence packs on the device (batch sizes stay on the CPU, as
+    # PackedSequence demands), the layer runs per step, pad_packed_sequence unpacks.
+    cpu, lz = _pair(make)
+    x = torch.randn(3, 4, 4)
+    lengths = torch.tensor(lengths)
+    sort = lengths.tolist() == sorted(lengths.tolist(), reverse=True)
+    results = []
+    for module, device in ((cpu, "cpu"), (lz, DEV)):
+        inp = x.clone().to(device).requires_grad_()
+        packed = nn.utils.rnn.pack_padded_sequence(
+            inp, lengths, batch_first=True, enforce_sorted=sort
+        )
+        assert packed.batch_sizes.device.type == "cpu"
+        out, state = module(packed)
+        out, out_lengths = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=5)
+        hidden = state[0] if isinstance(state, tuple) else state
+        (out.sum() + hidden.square().sum()).backward()
+        results.append((out, out_lengths, inp.grad, [p.grad for p in module.parameters()]))
+    (o1, l1, g1, p1), (o2, l2, g2, p2) = results
+    torch.testing.assert_close(o2.cpu(), o1, rtol=1e-5, atol=1e-5)
+    assert torch.equal(l2, l1) and l2.device.type == "cpu"
+    for a, b in zip([g1, *p1], [g2, *p2]):
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-4, atol=1e-5)
+
+
+def test_packing_refuses_what_torch_refuses():
+    x = torch.randn(3, 2, 4)
+    for lengths in ([1, 3], [3, 0], [3, 1, 1]):
+        with pytest.raises(RuntimeError) as cpu:
+            torch.ops.aten._pack_padded_sequence(x, torch.tensor(lengths), False)
+        with pytest.raises(RuntimeError) as lazax:
+            torch.ops.aten._pack_padded_sequence(x.to(DEV), torch.tensor(lengths), False)
+        assert str(lazax.value) == str(cpu.value)

@@ -73,6 +73,39 @@ def _functional_counterpart(func, drop_out: bool = False):
     return None
 
 
+_FACTORY_OPTIONS = ("dtype", "layout", "device", "pin_memory")
+
+
+def _factory_counterpart(func):
+    """A factory's ``out=`` overload -> the factory taking the same arguments plus
+    ``dtype``/``device`` (``arange.out`` -> ``arange.default``, ``linspace.out`` ->
+    ``linspace.default``): torch's composites (``hann_window``) fill an ``out`` tensor."""
+    wanted = _signature(func, drop_out=True)
+    packet = getattr(aten, func._schema.name.split("::")[1], None)
+    for overload in packet.overloads() if packet is not None else ():
+        candidate = getattr(packet, overload)
+        arguments = candidate._schema.arguments
+        if any(_is_out(a) for a in arguments) or "dtype" not in {a.name for a in arguments}:
+            continue
+        if _signature(candidate, False) == wanted + tuple(
+            (a.name, str(a.type), a.kwarg_only) for a in arguments if a.name in _FACTORY_OPTIONS
+        ):
+            return candidate
+    return None
+
+
+def _factory_out(factory):
+    """Run the factory with ``out``'s dtype and device, then write ``out`` (resized)."""
+
+    def run(args, kwargs):
+        out = kwargs["out"]
+        options = {k: v for k, v in kwargs.items() if k != "out"}
+        result = factory(*args, **options, dtype=out.dtype, device=out.device)
+        return write_outs([out], (result,))
+
+    return run
+
+
 def _run_out(func, plan: OpPlan, args: tuple, kwargs: dict):
     """An ``out=`` overload: the functional rule, then a copy into each out tensor."""
     out_names = [a.name for a in func._schema.arguments if _is_out(a)]
@@ -171,6 +204,9 @@ def _make_handler(func):
         first = arguments[0]
         if any(_is_out(a) for a in arguments):
             functional = _functional_counterpart(func, drop_out=True)
+            factory = _factory_counterpart(func) if functional is None else None
+            if factory is not None and get_lowering(factory) is not None:
+                return checked_out(func, _factory_out(factory))
             rule = get_lowering(functional) if functional is not None else None
             if rule is None or _is_view(functional):
                 return checked_out(func, lambda args, kwargs: fallback(func, args, kwargs))

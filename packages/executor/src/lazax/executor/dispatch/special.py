@@ -12,8 +12,10 @@ Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result
 - ``allclose`` (``torch.allclose``): a Python bool, ``isclose(...).all()`` computed on
   the device and read (one sync), torch's checks and messages (``isclose``'s dtype rule).
 - ``new_empty_strided``: ``torch.empty_strided`` on ``self``'s device, strides kept.
+- ``narrow`` reached whole (from torch kernels below autograd): the slice, a view.
 - ``native_batch_norm``: the functional form, with the running statistics written back.
-- AMP's and the fused optimizers' ops (``amp_ops``, ``fused_optim``).
+- AMP's and the fused optimizers' ops (``amp_ops``, ``fused_optim``), packing padded
+  sequences (``packed_sequences``).
 ``write_outs`` puts results into ``out=`` tensors, resized as torch resizes them.
 """
 
@@ -37,6 +39,7 @@ from ..tensor.streams import current_index
 from ..tensor.transfer import from_cpu, to_cpu
 from .amp_ops import AMP_HANDLERS, composed
 from .fused_optim import FUSED_OPTIMIZER_HANDLERS
+from .packed_sequences import PACKED_HANDLERS
 from .plans import FUNCTIONAL, OpPlan
 from .run import run_plan
 
@@ -161,6 +164,23 @@ def _allclose(args, kwargs):
     return bool(aten._local_scalar_dense.default(aten.all.default(close)))
 
 
+def _narrow(args, kwargs):
+    # Composite in torch (a slice), but reached whole from torch's kernels that run
+    # below autograd (the periodic windows: hann_window, ...): the slice, a view.
+    x, dim, start, length = args
+    if isinstance(start, torch.Tensor):  # narrow.Tensor: a 0-dim start, read (as torch)
+        start = int(start.item())
+    size = x.shape[dim]
+    if not -size <= start <= size:
+        raise IndexError(
+            f"start out of range (expected to be in range of [{-size}, {size}], but got {start})"
+        )
+    start = start % size if start < 0 else start
+    if start + length > size:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    return aten.slice.Tensor(x, dim, start, start + length)
+
+
 def _new_empty_strided(args, kwargs):
     # Through the factory, which keeps the strides (dispatch.kernels).
     x, size, stride = args
@@ -203,8 +223,11 @@ SPECIAL = {
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
     aten.new_empty_strided.default: _new_empty_strided,
+    aten.narrow.default: _narrow,
+    aten.narrow.Tensor: _narrow,
     **AMP_HANDLERS,
     **FUSED_OPTIMIZER_HANDLERS,
+    **PACKED_HANDLERS,
 }
 
 
