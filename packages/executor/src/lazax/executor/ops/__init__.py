@@ -6,11 +6,13 @@ Importing this package registers every rule (see ``_registry`` for the contract)
 # Families register their rules on import.
 from . import (  # noqa: E402,F401
     activations,  # relu, gelu, silu, elu, softplus, hard*, threshold (+ backward)
+    antialias,  # _upsample_bilinear2d_aa / _upsample_bicubic2d_aa (+ backward)
     asserts,  # lazax::assert_async: torch's _assert_async as a checked op
     bags,  # _embedding_bag (nn.EmbeddingBag: sum, mean, max) + backward
     collectives,  # torch's functional collectives, between the job's processes
     conv,  # convolution (+ transposed), reflection/replication padding, pixel shuffle
     core,  # copies, conversions, factories, view pseudo-ops
+    ctc,  # _ctc_loss (F.ctc_loss: alpha recursion as a scan) + backward
     distances,  # dist, renorm, cdist (+ backward), _euclidean_dist, linalg_cross
     elementwise,  # binary math, comparisons, logic/bits, where, clamp, lerp, addcmul
     experts,  # _grouped_mm (mixture-of-experts products), transformers' grouped_mm ops
@@ -18,6 +20,7 @@ from . import (  # noqa: E402,F401
     fft,  # _fft_r2c, _fft_c2r, _fft_c2c (every torch.fft function, + gradients)
     foreach,  # the _foreach_* ops optimizers use
     histograms,  # histc (integer inputs too, as on CUDA)
+    index_reduce,  # index_reduce (prod, mean, amax, amin; include_self both ways)
     indexing,  # cat/stack, index/index_put, gather/scatter, index_add/copy/fill, take
     jax_calls,  # lazax::call_jax: a JAX function as one node (+ its vjp)
     linalg,  # mm, bmm, addmm, baddbmm, dot
@@ -36,8 +39,10 @@ from . import (  # noqa: E402,F401
     special,  # deg2rad, hypot, copysign, sinc, xlogy, logaddexp, lgamma/digamma, Bessel
     transformer,  # the fused fast-path ops of nn.MultiheadAttention/TransformerEncoderLayer
     unary,  # exp/log, trig, sigmoid, erf, sign, rounding, logit, isnan/isinf
+    unfold_backward,  # the backward of Tensor.unfold (an overlap-add)
     views,  # view ops and reshapes
     vision,  # prelu, im2col/col2im, adaptive max pool, bicubic, _trilinear, embedding_renorm
+    weight_norm,  # _weight_norm_interface (nn.utils weight_norm's fused op) + backward
 )
 from ._registry import (
     DuplicateLoweringError,
