@@ -18,6 +18,7 @@ from . import (  # noqa: E402,F401
     experts,  # _grouped_mm (mixture-of-experts products), transformers' grouped_mm ops
     factorizations,  # torch.linalg: svd, qr, cholesky, eigh, LU (det, solve, inv), eye
     fft,  # _fft_r2c, _fft_c2r, _fft_c2c (every torch.fft function, + gradients)
+    floats,  # frexp, complex/polar (+ their out= dtype checks), mvlgamma
     foreach,  # the _foreach_* ops optimizers use
     histograms,  # histc (integer inputs too, as on CUDA)
     index_reduce,  # index_reduce (prod, mean, amax, amin; include_self both ways)
@@ -26,7 +27,7 @@ from . import (  # noqa: E402,F401
     linalg,  # mm, bmm, addmm, baddbmm, dot
     losses,  # nll, mse, binary cross entropy, smooth L1/Huber (+ backward)
     manual,  # manual sharding's ends and its all-reduce (lazax::manual_*)
-    mathops,  # shifts, gcd/lcm, frexp, complex/polar, mvlgamma, isin, block_diag, ...
+    mathops,  # shifts, gcd/lcm, isin, block_diag, unsafe_split, narrow_copy, ...
     nn,  # softmax, layer/group/batch norm, embedding (+ backward)
     pooling,  # max/avg/adaptive pooling, upsampling (+ backward)
     random,  # normal_, uniform_, bernoulli, random_
