@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from lazax.executor.config import DEVICE_NAME
 from lazax.executor.testing import deferred_check as check
+from lazax.executor.testing import deferred_grad_check as check_grads
 from lazax.executor.testing import fallback_counts
 
 F32, BF16, F16, F64 = torch.float32, torch.bfloat16, torch.float16, torch.float64
@@ -32,27 +33,6 @@ def randn(*shape, dtype=F32, seed=0):
     """Seeded normal samples of ``dtype``."""
     g = torch.Generator().manual_seed(seed)
     return torch.randn(shape, generator=g).to(dtype)
-
-
-def grads(fn, *inputs, seed=7):
-    """``fn``'s outputs and the gradients of a weighted sum of them w.r.t. ``inputs``
-    (each float input is a leaf that requires grad)."""
-
-    def run(*xs):
-        leaves = [x.detach().requires_grad_() if x.is_floating_point() else x for x in xs]
-        out = fn(*leaves)
-        outs = out if isinstance(out, tuple) else (out,)
-        floats = [o for o in outs if o.is_floating_point() and o.requires_grad]
-        weights = [randn(*o.shape, seed=seed + i).to(o.device) for i, o in enumerate(floats)]
-        total = sum((o.float() * w).sum() for o, w in zip(floats, weights, strict=True))
-        total.backward()
-        return outs + tuple(x.grad for x in leaves if x.is_floating_point())
-
-    return run
-
-
-def check_grads(fn, *inputs, **tolerances):
-    check(grads(fn, *inputs), *inputs, **tolerances)
 
 
 BF16_TOL = {"atol": 2e-2, "rtol": 2e-2}

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 import lazax.modes as lx
 from lazax.executor.testing import deferred_check as check
+from lazax.executor.testing import deferred_grad_check as check_grads
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -30,27 +31,6 @@ def randn(*shape, dtype=F32, seed=0):
     """Seeded normal samples of ``dtype``."""
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g).to(dtype)
-
-
-def grads(fn, *inputs, seed=7):
-    """``fn``'s outputs and the gradients of a weighted sum of them w.r.t. ``inputs``
-    (each float input is a leaf that requires grad)."""
-
-    def run(*xs):
-        leaves = [x.detach().requires_grad_() if x.is_floating_point() else x for x in xs]
-        out = fn(*leaves)
-        outs = out if isinstance(out, tuple) else (out,)
-        floats = [o for o in outs if o.is_floating_point()]
-        weights = [randn(*o.shape, seed=seed + i).to(o.device) for i, o in enumerate(floats)]
-        total = sum((o.float() * w).sum() for o, w in zip(floats, weights, strict=True))
-        total.backward()
-        return outs + tuple(x.grad for x in leaves if x.is_floating_point())
-
-    return run
-
-
-def check_grads(fn, *inputs, **tolerances):
-    check(grads(fn, *inputs), *inputs, **tolerances)
 
 
 # Looser than the defaults for bfloat16: lazax sums in float32 where torch's CPU kernel

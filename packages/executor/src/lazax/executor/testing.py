@@ -12,6 +12,9 @@
   runs ``fn`` on clones of ``args`` (so an in-place ``fn`` leaves them intact) and on
   lazax copies, and keeps the lazax result unsynced. It does not watch the CPU fallback
   (wrap it in ``no_cpu_fallback()`` for that).
+- ``deferred_grad_check(fn, *args, **tolerances)``: ``deferred_check`` of ``fn``'s
+  outputs and of the gradients, w.r.t. its float arguments, of a fixed random weighted
+  sum of its float outputs that need a gradient.
 - ``comparing_deferred_checks()``: a context manager that forgets the checks deferred
   before it; on a clean exit it runs the lazax results of those deferred in its body as
   one graph, then compares each as ``check_against_cpu`` does, a failure naming the
@@ -40,6 +43,7 @@ __all__ = [
     "check_against_cpu",
     "comparing_deferred_checks",
     "deferred_check",
+    "deferred_grad_check",
     "fallback_counts",
     "no_cpu_fallback",
     "null_runtime",
@@ -95,9 +99,37 @@ _DEFERRED: list = []  # (line of the deferred_check call, lazax result, CPU resu
 
 
 def deferred_check(fn, *args, **tolerances) -> None:
+    _defer(fn, args, tolerances, sys._getframe(1).f_lineno)
+
+
+def _defer(fn, args, tolerances, line: int) -> None:
     expected = fn(*_map_tensors(lambda t: t.clone(), list(args)))
     got = fn(*to_device(list(args), DEVICE_NAME))
-    _DEFERRED.append((sys._getframe(1).f_lineno, got, expected, tolerances))
+    _DEFERRED.append((line, got, expected, tolerances))
+
+
+def _with_gradients(fn, seed: int = 7):
+    """``fn``'s outputs, then the gradients of a seeded random weighted sum of its float
+    outputs that need one, w.r.t. its float arguments (each made a leaf)."""
+
+    def run(*xs):
+        leaves = [x.detach().requires_grad_() if x.is_floating_point() else x for x in xs]
+        out = fn(*leaves)
+        outs = out if isinstance(out, tuple) else (out,)
+        floats = [o for o in outs if o.is_floating_point() and o.requires_grad]
+        total = 0
+        for i, o in enumerate(floats):
+            g = torch.Generator().manual_seed(seed + i)
+            weight = torch.randn(o.shape, generator=g).to(o.device)
+            total = total + (o.float() * weight).sum()
+        total.backward()
+        return outs + tuple(x.grad for x in leaves if x.is_floating_point())
+
+    return run
+
+
+def deferred_grad_check(fn, *args, **tolerances) -> None:
+    _defer(_with_gradients(fn), args, tolerances, sys._getframe(1).f_lineno)
 
 
 @contextmanager

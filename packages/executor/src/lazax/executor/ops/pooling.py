@@ -264,6 +264,15 @@ def _scale(in_size, out_size, scale, dt):
     return dt(in_size) / dt(out_size)
 
 
+def source_coordinates(i, o, scale, align_corners, dt):
+    """torch's ``area_pixel_compute_source_index`` for the ``o`` outputs of an axis of
+    ``i`` inputs, unclamped, in ``dt`` (linear modes clamp it at 0, cubic does not)."""
+    dst = np.arange(o).astype(dt)
+    if align_corners:
+        return (dt(i - 1) / dt(o - 1) if o > 1 else dt(0)) * dst
+    return _scale(i, o, scale, dt) * (dst + dt(0.5)) - dt(0.5)
+
+
 def _nearest(x, out_size, scales, exact, acc):
     n = len(out_size)
     dt = np.float64 if acc == jnp.float64 else np.float32
@@ -285,13 +294,9 @@ def _linear(x, out_size, align_corners, scales, acc):
     for j, o in enumerate(out_size):
         axis = x.ndim - n + j
         i = x.shape[axis]
-        dst = np.arange(o).astype(dt)
-        if align_corners:
-            s = dt(i - 1) / dt(o - 1) if o > 1 else dt(0)
-            src = s * dst
-        else:
-            s = _scale(i, o, scales[j], dt)
-            src = np.maximum(s * (dst + dt(0.5)) - dt(0.5), dt(0))
+        src = source_coordinates(i, o, scales[j], align_corners, dt)
+        if not align_corners:
+            src = np.maximum(src, dt(0))
         i0 = np.minimum(np.floor(src).astype(np.int64), i - 1)
         i1 = np.minimum(i0 + 1, i - 1)
         l1 = np.clip(src - i0.astype(dt), 0, 1)

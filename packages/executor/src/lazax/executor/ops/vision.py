@@ -30,7 +30,7 @@ from jax import lax
 
 from ._nn_common import acc_dtype, vjp_of
 from ._registry import lowering
-from .pooling import _max_pool_backward, _pad_scales, _scale
+from .pooling import _max_pool_backward, _pad_scales, source_coordinates
 
 aten = torch.ops.aten
 
@@ -194,13 +194,7 @@ def _bicubic(x, out_size, align_corners, scales, acc, weight_dtype):
     for j in (1, 0):
         axis = x.ndim - 2 + j
         i, o = x.shape[axis], out_size[j]
-        dst = np.arange(o).astype(dt)
-        if align_corners:
-            s = dt(i - 1) / dt(o - 1) if o > 1 else dt(0)
-            src = s * dst
-        else:
-            s = _scale(i, o, scales[j], dt)
-            src = s * (dst + dt(0.5)) - dt(0.5)
+        src = source_coordinates(i, o, scales[j], align_corners, dt)
         base = np.minimum(np.floor(src).astype(np.int64), i - 1)
         t = np.clip(src - base.astype(dt), dt(0), dt(1)).astype(dt)
         rest = dt(1) - t
