@@ -74,6 +74,20 @@ BAD = [
     ("bernoulli", lambda p: torch.bernoulli(p), (torch.tensor([0.5, -0.5]),)),
     ("multinomial negative", lambda p: torch.multinomial(p, 1), (torch.tensor([0.5, -1.0]),)),
     ("multinomial zero row", lambda p: torch.multinomial(p, 1), (torch.zeros(2, 3),)),
+    # torch.linalg's _linalg_check_errors: info read on the host by torch, on the device here.
+    ("linalg.inv", lambda a: torch.linalg.inv(a), (torch.zeros(3, 3),)),
+    (
+        "linalg.inv batched",
+        lambda a: torch.linalg.inv(a) * 2,
+        (torch.stack([torch.eye(3), torch.diag(torch.tensor([1.0, 0, 1]))]),),
+    ),
+    ("linalg.solve", lambda a, b: torch.linalg.solve(a, b), (torch.zeros(3, 3), torch.ones(3))),
+    (
+        "linalg.cholesky batched",
+        lambda a: torch.linalg.cholesky(a),
+        (torch.stack([torch.eye(3), torch.diag(torch.tensor([1.0, 2, -1]))]),),
+    ),
+    ("linalg.lu_factor", lambda a: torch.linalg.lu_factor(a)[0], (torch.zeros(2, 2),)),
 ]
 
 # The same ops with values torch accepts (negative indices where torch allows them).
@@ -87,6 +101,7 @@ GOOD = [
         (torch.zeros(2, 3), _ix([0, -100])),
     ),
     ("embedding", lambda w, i: F.embedding(i, w), (torch.zeros(4, 3), _ix([[0, 3]]))),
+    ("linalg.inv", lambda a: torch.linalg.inv(a), (torch.eye(3) * 2 + 0.5,)),
 ]
 
 
@@ -126,6 +141,27 @@ def test_a_bad_value_raises_torchs_error(name, fn, args, mode):
 @pytest.mark.parametrize(("name", "fn", "args"), GOOD, ids=[g[0] for g in GOOD])
 def test_values_torch_accepts_do_not_raise(name, fn, args, mode):
     torch.testing.assert_close(_run(fn, args, mode), fn(*args))
+
+
+def test_a_linalg_check_nothing_reads_raises_at_the_next_sync_without_a_host_read():
+    # torch.linalg.inv's check returns nothing: lazax holds it until a graph runs it.
+    a = torch.zeros(3, 3).to(DEV)
+    lx.sync()
+    lx.metrics.clear_all()
+    torch.linalg.inv(a)  # the result is dropped, and the check with it on the CPU
+    assert lx.metrics.metric_data("ExecuteTime") is None  # nothing ran, nothing read
+    assert lx.metrics.counter_value("aten::_linalg_check_errors") is None
+    with pytest.raises(torch.linalg.LinAlgError, match="diagonal element 1 is zero"):
+        lx.sync(wait=True)
+    lx.sync(wait=True)  # raised once: the check is not held again
+
+
+def test_a_read_of_another_tensor_runs_the_held_linalg_check():
+    b = torch.ones(3).to(DEV)
+    x = torch.linalg.solve(torch.zeros(3, 3).to(DEV), b)
+    with pytest.raises(torch.linalg.LinAlgError, match="input matrix is singular"):
+        (b * 2).cpu()
+    assert x.cpu().shape == (3,)  # the solver's (non-finite) result stays readable
 
 
 def test_the_error_names_the_op_and_the_line_that_traced_it():

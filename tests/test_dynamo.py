@@ -338,16 +338,20 @@ def test_one_hot_checks_its_classes_on_the_device_and_replays():
 
 def test_ops_with_effect_tokens_run_and_raise_torchs_error():
     # torch.linalg.inv checks its result with _linalg_check_errors, an op AOTAutograd
-    # orders with effect tokens (None at run time); its check reads the host, as CUDA's.
+    # orders with effect tokens (None at run time); the replayed program checks on the
+    # device (no host read, no interpretation) and raises at the read.
     def fn(a):
         return torch.linalg.inv(a) @ a
 
     compiled = torch.compile(fn, backend="lazax")
+    interpreted = counter("DynamoInterpretedGraph")
     for seed in range(2):
         a = torch.randn(3, 3, generator=torch.Generator().manual_seed(seed)) + 3 * torch.eye(3)
         torch.testing.assert_close(compiled(a.to(DEV)).cpu(), fn(a), rtol=1e-4, atol=1e-4)
     with pytest.raises(torch.linalg.LinAlgError, match="diagonal element 1 is zero"):
         compiled(torch.zeros(3, 3, device=DEV)).cpu()
+    assert counter("DynamoInterpretedGraph") == interpreted
+    assert counter("aten::_linalg_check_errors") == 0
 
 
 def test_a_python_float_argument_is_replayed_not_interpreted():

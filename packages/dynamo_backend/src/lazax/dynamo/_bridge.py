@@ -21,8 +21,9 @@ the tensor layer, the op without a lowering through the CPU fallback (counted un
 Eager mode is off while the bridge works: a compiled graph runs as one graph. Effect
 tokens (AOTAutograd's ordering of ops with side effects, None at run time) are not
 tensor arguments: each ``with_effects`` call runs its op in place. ``_assert_async``
-(returns nothing) becomes ``lazax::assert_async``, a device-side check whose result
-the program keeps as an extra output, dropped from the call's outputs.
+and ``_linalg_check_errors`` (return nothing) become ``lazax::assert_async`` and
+``lazax::linalg_check``, device-side checks whose results the program keeps as extra
+outputs, dropped from the call's outputs.
 """
 
 from __future__ import annotations
@@ -163,15 +164,20 @@ _NO_MESSAGE = "Expected Tensor with single nonzero value, but got zero"
 
 
 def _checked_asserts(gm: torch.fx.GraphModule) -> int:
-    """Rewrite each ``_assert_async(cond, msg)`` (``F.one_hot``'s range checks), which
-    returns nothing, into ``lazax::assert_async``, which returns ``cond`` and checks it on
-    the device, and append its result to the graph's outputs so that the program holds
-    the check; returns how many were appended (the bridge drops them from each call's
-    outputs). A failed check raises ``RuntimeError(msg)`` at the next sync point."""
-    targets = (torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
+    """Rewrite each check that returns nothing into one whose result the program keeps:
+    ``_assert_async(cond, msg)`` (``F.one_hot``'s range checks) into
+    ``lazax::assert_async``, and ``_linalg_check_errors`` (``torch.linalg.inv``'s, in a
+    ``with_effects`` call once ``_effect_tokens`` ran) into ``lazax::linalg_check``;
+    each checks on the device and returns a bool, appended to the graph's outputs so that
+    the program holds the check. Returns how many were appended (the bridge drops them
+    from each call's outputs). A failed check raises torch's error at the next sync point."""
+    asserts = (torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
+    linalg = torch.ops.aten._linalg_check_errors.default
     checks = []
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target in targets:
+        if node.op != "call_function":
+            continue
+        if node.target in asserts:
             message = node.args[1] if len(node.args) > 1 else _NO_MESSAGE
             with gm.graph.inserting_after(node):
                 check = gm.graph.call_function(
@@ -179,12 +185,31 @@ def _checked_asserts(gm: torch.fx.GraphModule) -> int:
                 )
             gm.graph.erase_node(node)
             checks.append(check)
+        elif node.target is _run_with_effects and node.args[1] is linalg:
+            token, _, info, api_name = node.args
+            with gm.graph.inserting_after(node):
+                check = gm.graph.call_function(
+                    torch.ops.lazax.linalg_check.default,
+                    (info, api_name, node.kwargs["is_matrix"]),
+                )
+            # The call stays for its token (AOTAutograd's wrapper reads it), checking
+            # nothing itself.
+            node.target = _checked_elsewhere
+            node.args = (token,)
+            node.kwargs = {}
+            checks.append(check)
     if checks:
         output = next(n for n in gm.graph.nodes if n.op == "output")
         outs = output.args[0]
         output.args = (type(outs)([*outs, *checks]),)
         gm.recompile()
     return len(checks)
+
+
+def _checked_elsewhere(token):
+    """A rewritten ``with_effects(_linalg_check_errors)``: what ``_run_with_effects``
+    returns for it (no token, no result), checking nothing."""
+    return None, None
 
 
 def graph_name(gm: torch.fx.GraphModule) -> str:

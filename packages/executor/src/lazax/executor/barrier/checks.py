@@ -14,6 +14,9 @@ Contract:
   checked op it traces (never hashed), so that the error names where the op was traced.
 - A program with checks has one more output, the flags; the barrier (and the dynamo
   replay) ``CHECKS.queue`` it with what the error needs.
+- ``CHECKS.hold(t)``: a check's result that no tensor of the user's depends on
+  (``torch.linalg.inv``'s ``_linalg_check_errors``) is held until the next sync, or
+  read of any tensor, runs it in the same graph (``take_held``).
 - ``CHECKS.poll()``: at every sync, before anything else, the flags of the oldest
   executions that have finished are read (the device is never waited for, unless more
   than ``MAX_UNREAD`` executions are unread); ``CHECKS.read_finished()``: after every
@@ -44,6 +47,8 @@ import builtins
 import sys
 from collections import deque
 from contextlib import contextmanager
+
+import torch
 
 from lazax import ir
 
@@ -102,6 +107,10 @@ _STATE = {
 }
 
 
+# The checks' error types that are torch's own, by name (the rest are builtins).
+_TORCH_ERRORS = {"LinAlgError": torch.linalg.LinAlgError}
+
+
 class _Unread:
     __slots__ = ("flags", "checks", "sites", "graph_name", "kept", "undo")
 
@@ -118,6 +127,20 @@ class DeviceChecks:
     def __init__(self) -> None:
         self.enabled = settings().checks
         self.unread: deque[_Unread] = deque()
+        # Pending results of checks that nothing else reads (``lazax::linalg_check``):
+        # held until a sync includes them.
+        self.held: list = []
+
+    def hold(self, tensor) -> None:
+        """Keep ``tensor`` (a pending check's result) until the next sync or read of
+        anything includes it in its graph (``take_held``)."""
+        self.held.append(tensor)
+
+    def take_held(self) -> list:
+        """The held checks that are still pending; the barrier adds them to the graph it
+        runs (and holds them again if that fails before running)."""
+        held, self.held = self.held, []
+        return [t for t in held if t._lz_storage.pending]
 
     def queue(self, flags, checks, sites, graph_name, kept: str, undo=None) -> None:
         """An execution's flags (its program's last output) and its ``checks`` (the
@@ -161,8 +184,9 @@ class DeviceChecks:
             self._read(runtime, unread.popleft())
 
     def forget(self) -> None:
-        """Drop every unread check (tests, after a deliberate failure)."""
+        """Drop every unread and held check (tests, after a deliberate failure)."""
         self.unread.clear()
+        self.held.clear()
 
     def _read(self, runtime, item: _Unread) -> None:
         rows = runtime.to_host(item.flags).tolist()
@@ -188,7 +212,9 @@ class DeviceChecks:
         )
         if type(message) is tuple:  # the value chose among several messages
             message = message[value]
-        err = getattr(builtins, error)(message.format(value=value) + note)
+        text = message(value) if callable(message) else message.format(value=value)
+        err = _TORCH_ERRORS.get(error, None) or getattr(builtins, error)
+        err = err(text + note)
         err.lazax_device_check = True  # what ``is_check_error`` reads
         return err
 

@@ -28,7 +28,8 @@ storage could hold, so it stays pending: ``sync()`` and eager mode's syncs
 ``RuntimeError`` before anything runs, asking for ``disable_manual_sharding``.
 Device-side checks (``checks``): a program's flags are queued after it runs; each
 sync first reads those that are ready, and every read to the host reads them all, so
-a bad index raises at the first sync or read after its graph ran.
+a bad index raises at the first sync or read after its graph ran. A held check
+(``CHECKS.hold``: one whose result nothing reads) joins the graph of the next sync.
 Threads: results are handed back with ``Storage.settle`` (see ``state.storage``), so a sync
 never overwrites a write that another thread made while the graph ran; the cache is
 locked. Mode flags (eager, graph name, allow-execution, capture guard, graph-count
@@ -84,7 +85,15 @@ class GraphExecutor(ExecutorFlags):
             tensors = [t for t in tensors if MANUAL.of(ir_value(t).node) is None]
         with self.sync_lock:
             self.poll_checks()
-            self._sync_tensors(tensors, sync_ltc_data)
+            held = CHECKS.take_held() if CHECKS.held else ()
+            try:
+                self._sync_tensors([*tensors, *held] if held else tensors, sync_ltc_data)
+            except BaseException:
+                for t in held:
+                    CHECKS.hold(t)
+                raise
+            finally:
+                del held
         if wait:
             self.wait(tensors)
 
@@ -163,6 +172,8 @@ class GraphExecutor(ExecutorFlags):
         it has run and read its device-side checks (``barrier.checks``)."""
         with self.sync_lock:
             self.poll_checks()
+            # Held checks are live, pending storages: PENDING hands them to this graph.
+            checks = CHECKS.take_held() if CHECKS.held else ()
             storages = PENDING.take()
             if MANUAL.active:  # per-device values stay pending (see the contract)
                 storages, held = MANUAL.split(storages)
@@ -174,6 +185,8 @@ class GraphExecutor(ExecutorFlags):
                     results = self.run_graph(roots, group, device_index=index)
                 except BaseException:
                     PENDING.restore([s for s in storages if s.pending])
+                    for t in checks:
+                        CHECKS.hold(t)
                     # The traceback keeps this frame (and run_graph's) alive: it must
                     # not keep the storages, or a tensor the user drops stays pending.
                     storages.clear()

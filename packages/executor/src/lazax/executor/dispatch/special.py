@@ -11,6 +11,10 @@ Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result
   read (one sync), not on the CPU fallback.
 - ``allclose`` (``torch.allclose``): a Python bool, ``isclose(...).all()`` computed on
   the device and read (one sync), torch's checks and messages (``isclose``'s dtype rule).
+- ``_linalg_check_errors`` (``torch.linalg.inv``, ``solve``, ``cholesky``,
+  ``lu_factor``): no host read; ``lazax::linalg_check`` checks ``info`` on the device,
+  held (``CHECKS.hold``) until the next sync or read runs it: torch's
+  ``LinAlgError`` raises there (in eager mode, at the call).
 - ``new_empty_strided``: ``torch.empty_strided`` on ``self``'s device, strides kept.
 - ``narrow`` reached whole (from torch kernels below autograd): the slice, a view.
 - ``native_batch_norm``: the functional form, with the running statistics written back.
@@ -28,6 +32,7 @@ import torch
 from lazax import ir
 
 from .. import metrics
+from ..barrier.checks import CHECKS
 from ..barrier.executor import EXECUTOR
 from ..ops.manual import MANUAL
 from ..ops.pseudo import copy_to
@@ -164,6 +169,20 @@ def _allclose(args, kwargs):
     return bool(aten._local_scalar_dense.default(aten.all.default(close)))
 
 
+def _linalg_check_errors(args, kwargs):
+    # torch reads ``info`` on the host here (a sync per call, and no full_graph region
+    # or replayed graph could hold the call); checked on the device instead.
+    if EXECUTOR.capture_guard is not None:
+        # A loop or branch body being traced: nothing could hold the check (its values
+        # are stand-ins), and device-side checks inside bodies are not made (``loops``).
+        return None
+    info, api_name = args[:2]
+    is_matrix = kwargs["is_matrix"] if "is_matrix" in kwargs else args[2]
+    ok = torch.ops.lazax.linalg_check(info, api_name, is_matrix)
+    if ok._lz_storage.pending:  # lazy: nothing reads it, so it must be held
+        CHECKS.hold(ok)
+
+
 def _narrow(args, kwargs):
     # Composite in torch (a slice), but reached whole from torch's kernels that run
     # below autograd (the periodic windows: hann_window, ...): the slice, a view.
@@ -224,6 +243,7 @@ SPECIAL = {
     aten.allclose.default: _allclose,
     aten.new_empty_strided.default: _new_empty_strided,
     aten.narrow.default: _narrow,
+    aten._linalg_check_errors.default: _linalg_check_errors,
     aten.narrow.Tensor: _narrow,
     **AMP_HANDLERS,
     **FUSED_OPTIMIZER_HANDLERS,

@@ -72,9 +72,10 @@ class LoweringContext:
     unread: frozenset = frozenset()
 
     def check(self, bad, values, error: str, message) -> None:
-        """Report ``error`` (a builtin exception's name) with ``message`` (``{value}``:
-        the first element of ``values`` where ``bad`` holds) if any ``bad`` is true.
-        ``message`` may be a tuple: the first bad value picks the message."""
+        """Report ``error`` (a builtin exception's name, or ``"LinAlgError"``) with
+        ``message`` (``{value}``: the first element of ``values`` where ``bad`` holds) if
+        any ``bad`` is true. ``message`` may be a tuple (the first bad value picks the
+        message) or a picklable callable (given the value, returns the message)."""
         if self.checks is None or bad.size == 0:
             return
         flat = bad.reshape(-1)

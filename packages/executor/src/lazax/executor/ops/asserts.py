@@ -1,24 +1,34 @@
-"""``lazax::assert_async(cond, msg)``: torch's ``_assert_async`` as an op with a result,
-so that a compiled program can carry it.
+"""Device-side assertions as ops with a result, so that a program can carry them.
 
-Contract: the op returns ``cond`` as a 0-dim bool and checks on the device that it is
-true; if not, ``RuntimeError(msg)`` is raised at the next sync point, as CUDA's
-``_assert_async`` raises later (``barrier.checks``). torch's ``_assert_async`` returns
-nothing, so no graph would hold it; the dynamo bridge rewrites each ``_assert_async``
-of an FX graph into this op and keeps its result as an extra output of the graph's
-program (``F.one_hot``'s range checks under ``torch.compile``). On the CPU and on a
-fake tensor the op checks nothing itself (a fake value has none; a CPU caller has
-``_assert_async``).
+Contract:
+- ``lazax::assert_async(cond, msg)``: torch's ``_assert_async``. Returns ``cond`` as a
+  0-dim bool and checks on the device that it is true; if not, ``RuntimeError(msg)`` is
+  raised at the next sync point, as CUDA's ``_assert_async`` raises later
+  (``barrier.checks``). torch's op returns nothing, so no graph would hold it; the
+  dynamo bridge rewrites each ``_assert_async`` of an FX graph into this op and keeps its
+  result as an extra output of the graph's program (``F.one_hot``'s range checks under
+  ``torch.compile``).
+- ``lazax::linalg_check(info, api_name, is_matrix)``: torch's ``_linalg_check_errors``
+  (what ``torch.linalg.inv``, ``solve``, ``cholesky`` and ``lu_factor`` call after their
+  ``_ex`` form), which on the CPU and CUDA reads ``info`` on the host. Returns whether
+  every ``info`` is 0 (a 0-dim bool) and checks it on the device: a non-zero ``info``
+  raises ``torch.linalg.LinAlgError`` with torch's message (the first failed batch
+  element, LAPACK's code) at the next sync or read (``dispatch.special`` holds the result
+  until then; in eager mode, at once).
+- On the CPU and on a fake tensor neither op checks anything itself (a fake value has
+  none; a CPU caller has torch's ops).
 """
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import torch
 
 from ._registry import lowering
 
 _LIB = torch.library.Library("lazax", "FRAGMENT")
 _LIB.define("assert_async(Tensor cond, str msg) -> Tensor")
+_LIB.define("linalg_check(Tensor info, str api_name, bool is_matrix) -> Tensor")
 
 
 def _value(cond, msg):
@@ -26,8 +36,14 @@ def _value(cond, msg):
     return cond.to(torch.bool).reshape(()).clone()
 
 
+def _all_zero(info, api_name, is_matrix):
+    return (info == 0).all()
+
+
 _LIB.impl("assert_async", _value, "CompositeExplicitAutograd")
 torch.library.register_fake("lazax::assert_async", _value, lib=_LIB)
+_LIB.impl("linalg_check", _all_zero, "CompositeExplicitAutograd")
+torch.library.register_fake("lazax::linalg_check", _all_zero, lib=_LIB)
 
 
 @lowering("lazax::assert_async", checked=True)
@@ -35,3 +51,80 @@ def assert_async(ctx, cond, msg):
     holds = cond.astype(bool).reshape(())
     ctx.check(~holds, None, "RuntimeError", msg)
     return holds
+
+
+# The failed check's value: the batch element's index in the high 32 bits, LAPACK's
+# info (offset to be non-negative) in the low ones.
+_OFFSET = 2**31
+
+
+class LinalgMessage:
+    """torch's ``_linalg_check_errors`` message for one failed ``info`` (picklable: the
+    executable's annotations keep it)."""
+
+    __slots__ = ("api_name", "is_matrix")
+
+    def __init__(self, api_name: str, is_matrix: bool) -> None:
+        self.api_name = api_name
+        self.is_matrix = is_matrix
+
+    def __call__(self, value: int) -> str:
+        index, info = value >> 32, (value & 0xFFFFFFFF) - _OFFSET
+        api = self.api_name
+        head = api if self.is_matrix else f"{api}: (Batch element {index})"
+        if info < 0:
+            return (
+                f"{head}: Argument {-info} has illegal value. Most certainly there is a bug "
+                "in the implementation calling the backend library."
+            )
+        if "inv" in api:
+            return (
+                f"{head}: The diagonal element {info} is zero, the inversion could not be "
+                "completed because the input matrix is singular."
+            )
+        if "solve" in api:
+            return f"{head}: The solver failed because the input matrix is singular."
+        if "cholesky" in api:
+            return (
+                f"{head}: The factorization could not be completed because the input is not "
+                f"positive-definite (the leading minor of order {info} is not "
+                "positive-definite)."
+            )
+        if "svd" in api:
+            return (
+                f"{head}: The algorithm failed to converge because the input matrix is "
+                "ill-conditioned or has too many repeated singular values (error code: "
+                f"{info})."
+            )
+        if "eig" in api or "syevd" in api:
+            return (
+                f"{head}: The algorithm failed to converge because the input matrix is "
+                "ill-conditioned or has too many repeated eigenvalues (error code: "
+                f"{info})."
+            )
+        if "lstsq" in api:
+            return (
+                f"{head}: The least squares solution could not be computed because the input "
+                f"matrix does not have full rank (error code: {info})."
+            )
+        if "lu_factor" in api:
+            return (
+                f"{head}: U[{info},{info}] is zero and using it on lu_solve would result in a "
+                "division by zero. If you still want to perform the factorization, consider "
+                "calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"
+            )
+        return f"{api}: Unknown error code: {info}."
+
+
+@lowering("lazax::linalg_check", checked=True)
+def linalg_check(ctx, info, api_name, is_matrix):
+    flat = info.reshape(-1).astype(jnp.int64)
+    where = jnp.arange(flat.size, dtype=jnp.int64) << 32
+    # torch's TORCH_CHECK_LINALG, except lu_factor's plain TORCH_CHECK (and an unknown
+    # api's internal assert): a RuntimeError that is not a LinAlgError.
+    plain = "lu_factor" in api_name and not any(
+        k in api_name for k in ("inv", "solve", "cholesky", "svd", "eig", "syevd", "lstsq")
+    )
+    error = "RuntimeError" if plain else "LinAlgError"
+    ctx.check(flat != 0, where + flat + _OFFSET, error, LinalgMessage(api_name, is_matrix))
+    return jnp.all(flat == 0)

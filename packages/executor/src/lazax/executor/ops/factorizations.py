@@ -30,7 +30,9 @@ torch's, float32/float64/complex64/complex128 as torch's CPU kernels take them):
 - ``check_errors=True`` (the ``_ex`` ops' own argument) runs through the CPU fallback:
   that kernel raises ``torch.linalg.LinAlgError`` from the values, a host read as CUDA's
   sync. ``torch.linalg.cholesky`` and its kin call the ``_ex`` op with
-  ``check_errors=False``, then ``_linalg_check_errors``, which reads ``info`` on the host.
+  ``check_errors=False``, then ``_linalg_check_errors``, which lazax checks on the
+  device (``ops.asserts``: torch's error at the next sync or read, at the call in eager
+  mode), so they need no host read and fit a full_graph region or a replayed graph.
 - float16/bfloat16, SVD's ``driver=`` (cuSOLVER's) and LU without pivoting raise the CPU
   kernel's error: the meta kernels accept them.
 """
