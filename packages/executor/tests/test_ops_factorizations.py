@@ -174,21 +174,37 @@ def test_cholesky_of_a_matrix_not_positive_definite_raises_torchs_error(batched)
     assert lx.metrics.traced_op_counts().get("aten::linalg_cholesky_ex") == 1
 
 
-def test_check_errors_runs_on_the_cpu_and_raises_torchs_error():
-    bad = torch.tensor([[4.0, 2, 1], [2, -3, 0], [1, 0, 5]])
-    with pytest.raises(torch.linalg.LinAlgError) as on_cpu:
-        torch.linalg.cholesky_ex(bad, check_errors=True)
-    lx.metrics.clear_all()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # lazax's notice of the fallback
-        with pytest.raises(torch.linalg.LinAlgError) as on_lazax:
-            torch.linalg.cholesky_ex(bad.to(DEV), check_errors=True)
+EX_CHECKED = [
+    ("inv_ex", lambda a: torch.linalg.inv_ex(a, check_errors=True).inverse),
+    ("cholesky_ex", lambda a: torch.linalg.cholesky_ex(a, check_errors=True).L),
+    (
+        "solve_ex",
+        lambda a: torch.linalg.solve_ex(
+            a, torch.ones(a.shape[:-1], device=a.device), check_errors=True
+        )[0],
+    ),
+    ("lu_factor_ex", lambda a: torch.linalg.lu_factor_ex(a, check_errors=True).LU),
+]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize(("name", "fn"), EX_CHECKED, ids=[e[0] for e in EX_CHECKED])
+def test_check_errors_checks_on_the_device_and_raises_torchs_error(name, fn, batched):
+    bad = torch.tensor([[1.0, 2, 3], [1, 2, 3], [0, 0, -1]])  # singular, not definite
+    A = torch.stack([torch.eye(3), bad]) if batched else bad
+    with pytest.raises(RuntimeError) as on_cpu:
+        fn(A)
+    with no_cpu_fallback():
+        out = fn(A.to(DEV))  # lazy: raised at the read
+        with pytest.raises(RuntimeError) as on_lazax:
+            out.cpu()
+        with lx.eager_mode_context(True), pytest.raises(RuntimeError) as eagerly:
+            fn(A.to(DEV))  # eager: raised at the call
         spd = _spd(4, 4)
-        inverse = torch.linalg.inv_ex(spd.to(DEV), check_errors=True).inverse.cpu()
-    assert str(on_lazax.value) == str(on_cpu.value)
-    assert lx.metrics.counter_value("aten::linalg_cholesky_ex") == 1
-    torch.testing.assert_close(inverse, torch.linalg.inv(spd))
-    assert lx.metrics.counter_value("aten::linalg_inv_ex") == 1
+        torch.testing.assert_close(fn(spd.to(DEV)).cpu(), fn(spd))
+    for got in (on_lazax.value, eagerly.value):
+        assert type(got) is type(on_cpu.value)
+        assert str(got).splitlines()[0] == str(on_cpu.value)
 
 
 def test_what_the_cpu_kernels_refuse_is_refused_alike():

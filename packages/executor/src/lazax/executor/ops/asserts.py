@@ -14,7 +14,8 @@ Contract:
   every ``info`` is 0 (a 0-dim bool) and checks it on the device: a non-zero ``info``
   raises ``torch.linalg.LinAlgError`` with torch's message (the first failed batch
   element, LAPACK's code) at the next sync or read (``dispatch.special`` holds the result
-  until then; in eager mode, at once).
+  until then; in eager mode, at once). ``check_info`` is that check, for the ``_ex``
+  ops' ``check_errors=True`` too.
 - On the CPU and on a fake tensor neither op checks anything itself (a fake value has
   none; a CPU caller has torch's ops).
 """
@@ -116,8 +117,10 @@ class LinalgMessage:
         return f"{api}: Unknown error code: {info}."
 
 
-@lowering("lazax::linalg_check", checked=True)
-def linalg_check(ctx, info, api_name, is_matrix):
+def check_info(ctx, info, api_name: str, is_matrix: bool) -> None:
+    """``ctx.check`` of torch's ``_linalg_check_errors(info, api_name, is_matrix)``: a
+    non-zero ``info`` raises torch's error and message (also the ``_ex`` ops'
+    ``check_errors=True``)."""
     flat = info.reshape(-1).astype(jnp.int64)
     where = jnp.arange(flat.size, dtype=jnp.int64) << 32
     # torch's TORCH_CHECK_LINALG, except lu_factor's plain TORCH_CHECK (and an unknown
@@ -127,4 +130,9 @@ def linalg_check(ctx, info, api_name, is_matrix):
     )
     error = "RuntimeError" if plain else "LinAlgError"
     ctx.check(flat != 0, where + flat + _OFFSET, error, LinalgMessage(api_name, is_matrix))
-    return jnp.all(flat == 0)
+
+
+@lowering("lazax::linalg_check", checked=True)
+def linalg_check(ctx, info, api_name, is_matrix):
+    check_info(ctx, info, api_name, is_matrix)
+    return jnp.all(info == 0)

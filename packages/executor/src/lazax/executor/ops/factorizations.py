@@ -27,12 +27,12 @@ torch's, float32/float64/complex64/complex128 as torch's CPU kernels take them):
   gradient of ``det`` of such a tensor is then wrong, as it was with the CPU fallback.)
 - ``cholesky_ex``'s ``info`` is potrf's (``_cholesky_info``). Where ``info > 0``, ``L``
   is NaN (jax's), where torch leaves LAPACK's partial factorization: neither is promised.
-- ``check_errors=True`` (the ``_ex`` ops' own argument) runs through the CPU fallback:
-  that kernel raises ``torch.linalg.LinAlgError`` from the values, a host read as CUDA's
-  sync. ``torch.linalg.cholesky`` and its kin call the ``_ex`` op with
-  ``check_errors=False``, then ``_linalg_check_errors``, which lazax checks on the
-  device (``ops.asserts``: torch's error at the next sync or read, at the call in eager
-  mode), so they need no host read and fit a full_graph region or a replayed graph.
+- ``torch.linalg.cholesky`` and its kin call the ``_ex`` op with ``check_errors=False``,
+  then ``_linalg_check_errors``, which lazax checks on the device (``ops.asserts``:
+  torch's error at the next sync or read, at the call in eager mode), so they need no
+  host read and fit a full_graph region or a replayed graph. The ``_ex`` ops'
+  ``check_errors=True`` is the same check inside the op (``check_info``), where CPU and
+  CUDA read ``info`` on the host.
 - float16/bfloat16, SVD's ``driver=`` (cuSOLVER's) and LU without pivoting raise the CPU
   kernel's error: the meta kernels accept them.
 """
@@ -44,8 +44,9 @@ import torch
 from jax import lax
 from jax.lax import linalg as lax_linalg
 
-from ._arguments import RunOnCpu, argument_check, layout_arguments, scalar_type_name
+from ._arguments import argument_check, layout_arguments, scalar_type_name
 from ._registry import lowering
+from .asserts import check_info
 
 aten = torch.ops.aten
 
@@ -65,11 +66,6 @@ def _placeholder(ctx, k):
 
 
 # -- what the CPU kernels reject and the meta kernels accept ---------------------------
-
-
-def _cpu_only(check_errors):
-    if check_errors:
-        raise RunOnCpu("check_errors=True raises from the values (a host read)")
 
 
 def _low_precision(kernel, A):
@@ -95,7 +91,6 @@ def _check_qr(A, mode="reduced"):
 
 @argument_check(aten.linalg_cholesky_ex.default)
 def _check_cholesky(A, *, upper=False, check_errors=False):
-    _cpu_only(check_errors)
     _low_precision("cholesky_cpu", A)
 
 
@@ -111,7 +106,6 @@ def _check_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
 
 @argument_check(aten.linalg_lu_factor_ex.default)
 def _check_lu_factor(A, *, pivot=True, check_errors=False):
-    _cpu_only(check_errors)
     _low_precision("lu_cpu", A)
     if not pivot:
         raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
@@ -124,13 +118,7 @@ def _check_det(A):
 
 @argument_check(aten._linalg_solve_ex.default)
 def _check_solve(A, B, *, left=True, check_errors=False):
-    _cpu_only(check_errors)
     _low_precision("lu_cpu", A)
-
-
-@argument_check(aten.linalg_inv_ex.default)
-def _check_inv(A, *, check_errors=False):
-    _cpu_only(check_errors)  # float16/bfloat16: the meta kernel refuses them
 
 
 @argument_check(aten.linalg_lu_solve.default)
@@ -169,13 +157,17 @@ def eigh(ctx, A, UPLO="L", compute_v=True):
     return values, vectors if compute_v else _placeholder(ctx, 1)
 
 
-@lowering(aten.linalg_cholesky_ex.default)
+@lowering(aten.linalg_cholesky_ex.default, checked=True)
 def cholesky_ex(ctx, A, *, upper=False, check_errors=False):
     # jax reads the lower triangle; A^H's lower triangle is A's upper one (conjugated),
     # and the upper factor of A is the conjugate transpose of the lower one of A^H.
     read = _mH(A) if upper else A
     L = lax_linalg.cholesky(read, symmetrize_input=False)
-    info = _placeholder(ctx, 1) if 1 in ctx.unread else _cholesky_info(read, L)
+    if check_errors:
+        info = _cholesky_info(read, L)
+        check_info(ctx, info, "linalg.cholesky_ex", A.ndim == 2)
+    else:
+        info = _placeholder(ctx, 1) if 1 in ctx.unread else _cholesky_info(read, L)
     return (_mH(L) if upper else L), info
 
 
@@ -265,10 +257,13 @@ def _lu_solve(lu, perm, b, *, left=True, adjoint=False):
     return jnp.take_along_axis(x, jnp.argsort(perm, axis=-2), axis=-2)
 
 
-@lowering(aten.linalg_lu_factor_ex.default)
+@lowering(aten.linalg_lu_factor_ex.default, checked=True)
 def lu_factor_ex(ctx, A, *, pivot=True, check_errors=False):
     lu, pivots, _ = _lu(A)
-    return lu, pivots + 1, _lu_info(lu)
+    info = _lu_info(lu)
+    if check_errors:
+        check_info(ctx, info, "torch.linalg.lu_factor_ex", A.ndim == 2)
+    return lu, pivots + 1, info
 
 
 @lowering(aten._linalg_det.default)
@@ -288,20 +283,26 @@ def slogdet(ctx, A, *, transposed):
     return sign, jnp.sum(jnp.log(jnp.abs(diagonal)), -1), lu, pivots + 1
 
 
-@lowering(aten._linalg_solve_ex.default)
+@lowering(aten._linalg_solve_ex.default, checked=True)
 def solve_ex(ctx, A, B, *, left=True, check_errors=False):
     lu, pivots, perm = _lu(A)
     # torch's vector case: B of shape (n,) or A's batch + (n,) is one column.
     vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
     X = _lu_solve(lu, perm, B[..., None] if vector else B, left=left)
-    return (X[..., 0] if vector else X), lu, pivots + 1, _lu_info(lu)
+    info = _lu_info(lu)
+    if check_errors:
+        check_info(ctx, info, "torch.linalg.solve_ex", A.ndim == 2)
+    return (X[..., 0] if vector else X), lu, pivots + 1, info
 
 
-@lowering(aten.linalg_inv_ex.default)
+@lowering(aten.linalg_inv_ex.default, checked=True)
 def inv_ex(ctx, A, *, check_errors=False):
     lu, _, perm = _lu(A)
     identity = jnp.broadcast_to(jnp.eye(A.shape[-1], dtype=A.dtype), A.shape)
-    return _lu_solve(lu, perm, identity), _lu_info(lu)
+    info = _lu_info(lu)
+    if check_errors:
+        check_info(ctx, info, "linalg.inv_ex", A.ndim == 2)
+    return _lu_solve(lu, perm, identity), info
 
 
 @lowering(aten.linalg_lu_solve.default)
