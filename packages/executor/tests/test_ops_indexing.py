@@ -304,6 +304,13 @@ def test_factory_out_overloads_windows_and_narrow(no_fallback):
     ):
         for periodic in (True, False):
             torch.testing.assert_close(window(9, periodic, device=DEV).cpu(), window(9, periodic))
+    # kaiser_window fills through torch's DispatchStub, which has no lazax kernel: lowered.
+    for args in ((9,), (9, False), (8, True, 5.0), (0,), (1,)):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            got = torch.kaiser_window(*args, dtype=dtype, device=DEV)
+            torch.testing.assert_close(got.cpu(), torch.kaiser_window(*args, dtype=dtype))
+    with pytest.raises(RuntimeError, match="requires non-negative window_length"):
+        torch.kaiser_window(-1, device=DEV)
     cases = [
         (lambda out: torch.arange(5, out=out), torch.empty(3)),  # resized, as torch
         (lambda out: torch.arange(1, 9, 2, out=out), torch.empty(0, dtype=torch.int32)),

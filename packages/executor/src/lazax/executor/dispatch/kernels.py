@@ -77,6 +77,9 @@ _FACTORIES = (
     "tril_indices",
     "triu_indices",
     "_efficientzerotensor",
+    "kaiser_window",  # torch's composite fills through a DispatchStub
+    "kaiser_window.periodic",
+    "kaiser_window.beta",
 )
 
 

@@ -1,5 +1,5 @@
 """Shape-making ops and factories: triu/tril, arange, linspace/logspace, tril_indices/
-triu_indices, flip, rot90, roll, repeat, constant_pad_nd, diag_embed, channel_shuffle.
+triu_indices, kaiser_window, flip, rot90, roll, repeat, constant_pad_nd, diag_embed, channel_shuffle.
 
 Contract (as every op family, see ``_registry``): each rule computes the aten op's
 result for the output spec torch infers. ``arange`` scalars arrive as plain Python
@@ -8,11 +8,16 @@ torch's meta kernel). ``linspace``/``logspace`` follow torch's CPU kernel: the f
 half counts up from ``start``, the second down from ``end`` (so both ends are exact),
 integer results step in float64 and truncate. ``tril_indices``/``triu_indices`` are
 computed on the device from the row lengths (no constant the size of the result).
+``kaiser_window`` is torch's CPU kernel's formula (the other windows are composites of
+ops lowered elsewhere): ``i0(beta * sqrt(|1 - ((n - a) / a)^2|)) / i0(beta)`` with
+``a = (N - 1) / 2`` over ``N + 1`` points when periodic (the last dropped), in the
+result's precision (float32 for half types).
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 import torch
 from jax import lax
 
@@ -97,6 +102,21 @@ def _spaced(ctx, start, end, steps):
 )
 def linspace(ctx, start, end, steps, **kwargs):
     return _spaced(ctx, start, end, steps)
+
+
+@lowering(aten.kaiser_window.default, aten.kaiser_window.periodic, aten.kaiser_window.beta)
+def kaiser_window(ctx, window_length, periodic=True, beta=12.0, **kwargs):
+    out = jnp.dtype(ctx.dtype)
+    if window_length <= 1:  # torch: empty, or one 1
+        return jnp.ones((window_length,), out)
+    n = window_length + 1 if periodic else window_length
+    compute = opmath(out)
+    points = lax.iota(out, n).astype(compute)  # torch's arange, in the result dtype
+    alpha = jnp.asarray((n - 1) / 2.0, compute)
+    b = jnp.asarray(beta, compute)
+    ratio = (points - alpha) / alpha
+    window = jsp.i0(b * jnp.sqrt(jnp.abs(1 - ratio * ratio))) / jsp.i0(b)
+    return window[:window_length].astype(out)
 
 
 @lowering(
