@@ -1,5 +1,6 @@
 """Shape-making ops and factories: triu/tril, arange, linspace/logspace, tril_indices/
-triu_indices, kaiser_window, flip, rot90, roll, repeat, constant_pad_nd, diag_embed, channel_shuffle.
+triu_indices, kaiser_window, flip, rot90, roll, repeat, constant_pad_nd, diag_embed,
+channel_shuffle.
 
 Contract (as every op family, see ``_registry``): each rule computes the aten op's
 result for the output spec torch infers. ``arange`` scalars arrive as plain Python
