@@ -237,11 +237,19 @@ def test_an_op_without_lowering_still_runs_and_is_named():
 
     compiled = torch.compile(fn, backend="lazax")
     fallbacks, interpreted = counter("aten::special_bessel_j0"), counter("DynamoInterpretedGraph")
+    splits = counter("DynamoSplitGraph")
     for seed in range(3):
         a = torch.randn(6, generator=torch.Generator().manual_seed(seed))
         torch.testing.assert_close(compiled(a.to(DEV)).cpu(), fn(a))
+        if seed == 0:
+            traced, compiles = counter("DynamoExtractCompiledGraph"), counter("UncachedCompile")
     assert counter("aten::special_bessel_j0") == fallbacks + 3
-    assert counter("DynamoInterpretedGraph") == interpreted + 3
+    # Split once around the op: the ops before and after it replay, nothing is traced or
+    # compiled after the first call, nothing is interpreted.
+    assert counter("DynamoSplitGraph") == splits + 1
+    assert counter("DynamoInterpretedGraph") == interpreted
+    assert counter("DynamoExtractCompiledGraph") == traced
+    assert counter("UncachedCompile") == compiles
 
 
 def test_random_ops_draw_fresh_numbers_on_each_call_and_repeat_after_seeding():
@@ -394,3 +402,38 @@ def test_out_kernels_torch_skips_on_subclasses_write_out_in_the_graph():
     compiled(a.to(DEV), v.to(DEV), rank, product)
     assert rank.item() == torch.linalg.matrix_rank(a).item() == 5
     torch.testing.assert_close(product.cpu(), a @ v)
+
+
+def test_a_graph_split_around_ops_without_lowering_trains_as_on_the_cpu():
+    # pdist's forward and backward kernels run on the CPU fallback: the forward and the
+    # backward graph are each split around them, the rest of each replays.
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model = copy.deepcopy(reference).to(DEV)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (reference, model)]
+
+    def loss_fn(m, x, y):
+        return F.pdist(m(x)).mean() + F.cross_entropy(m(x), y)
+
+    compiled = torch.compile(loss_fn, backend="lazax")
+    x, y = torch.randn(6, 8), torch.randint(0, 4, (6,))
+    interpreted, splits = counter("DynamoInterpretedGraph"), counter("DynamoSplitGraph")
+    for step in range(3):
+        losses = []
+        for m, loss_of, opt, a, b in (
+            (reference, loss_fn, optimizers[0], x, y),
+            (model, compiled, optimizers[1], x.to(DEV), y.to(DEV)),
+        ):
+            loss = loss_of(m, a, b)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss)
+        torch.testing.assert_close(losses[1].cpu(), losses[0])
+        if step == 0:
+            traced = counter("DynamoExtractCompiledGraph")
+    for p, q in zip(reference.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(q.detach().cpu(), p.detach())
+    assert counter("DynamoSplitGraph") == splits + 2  # forward and backward, once each
+    assert counter("DynamoInterpretedGraph") == interpreted
+    assert counter("DynamoExtractCompiledGraph") == traced  # no capture after the first step

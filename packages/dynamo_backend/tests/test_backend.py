@@ -52,16 +52,30 @@ def test_bridge_takes_boxed_and_unboxed_calls():
     assert len(compiled.replays) == 1
 
 
-def test_a_graph_that_reads_the_host_is_interpreted_and_says_why():
+def test_a_graph_that_reads_the_host_is_split_around_the_read_and_says_why():
     def fn(a):
         scale = torch.ops.aten._local_scalar_dense.default(torch.ops.aten.sum.default(a))
         return (torch.ops.aten.mul.Tensor(a, scale),)
 
     compiled = bridge(torch.fx.symbolic_trace(fn), (torch.ones(2),))
-    x = torch.tensor([1.0, 2.0])
-    (out,) = compiled([x.to(DEV)])
-    torch.testing.assert_close(out.cpu(), x * 3.0)
+    for values in ([1.0, 2.0], [3.0, -1.0]):
+        x = torch.tensor(values)
+        (out,) = compiled([x.to(DEV)])
+        torch.testing.assert_close(out.cpu(), x * x.sum())  # the read is of this call's value
     assert "host" in compiled.broken
+    (split,) = compiled.replays.values()  # the sum and the product replay, the read runs
+    assert split.around.startswith("_local_scalar_dense")
+
+
+def test_a_graph_with_a_cpu_input_with_dimensions_is_interpreted_and_says_why():
+    def fn(a, i):  # torch indexes a device tensor with CPU indices
+        return (torch.ops.aten.index.Tensor(a, [i]),)
+
+    compiled = bridge(torch.fx.symbolic_trace(fn), (torch.ones(2), torch.ones(2)))
+    x, i = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2, 0])
+    (out,) = compiled([x.to(DEV), i])
+    torch.testing.assert_close(out.cpu(), x[i])
+    assert "dimensions" in compiled.broken
     assert list(compiled.replays.values()) == [compiled.broken]  # a reason, no replay
 
 

@@ -9,8 +9,9 @@ executes it by hash (see ``_bridge``; the capture is ``lazax.executor.Replay``).
 
 Counters: ``DynamoExtractCompiledGraph`` (FX graphs traced), ``DynamoSpecializeGraph``
 (further specialisations: a new shape or layout of a traced graph),
-``DynamoRecompileAfterEviction``, ``DynamoInterpretedGraph`` (calls of graphs that could
-not be captured); timings ``DynamoSyncInputExecuteTime``, ``CompileTime``,
+``DynamoRecompileAfterEviction``, ``DynamoSplitGraph`` (graphs split around an op that
+cannot be replayed, once per signature), ``DynamoInterpretedGraph`` (calls of graphs
+that could not be captured); timings ``DynamoSyncInputExecuteTime``, ``CompileTime``,
 ``ExecuteTime``.
 """
 

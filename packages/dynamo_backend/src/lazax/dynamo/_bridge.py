@@ -12,11 +12,14 @@ On each call it
 3. on a miss, captures the graph (``lazax.executor.Replay``): ``DynamoExtractCompiledGraph``
    the first time, ``DynamoSpecializeGraph`` for each further signature;
 4. runs the replay: execute by hash, outputs wrapped, in-place writes copied back.
-A signature whose capture breaks (an op that has no lowering, a read to the host, a
-data-dependent shape, a view that reinterprets its storage's dtype, a CPU tensor input
-with dimensions) is interpreted on every call instead: its ops run lazily through
-the tensor layer, the op without a lowering through the CPU fallback (counted under its
-``aten::`` name), and the rest as graphs around it; each such call is counted as
+A signature whose capture breaks at one op (an op that has no lowering, a read to the
+host, a data-dependent shape) is split around it (``_partition``): the ops between such
+ops become parts, each a ``GraphBridge`` of its own (captured once, replayed by hash;
+split again if it breaks), and the op runs between them as lazy mode runs it (the CPU
+fallback, counted under its ``aten::`` name), on every call (``DynamoSplitGraph`` counts
+the splits). A signature that breaks otherwise (a view that reinterprets its storage's
+dtype, a CPU tensor input with dimensions) is interpreted on every call instead: its
+ops run lazily through the tensor layer; each such call is counted as
 ``DynamoInterpretedGraph``.
 Eager mode is off while the bridge works: a compiled graph runs as one graph. Effect
 tokens (AOTAutograd's ordering of ops with side effects, None at run time) are not
@@ -42,6 +45,8 @@ from lazax.executor import (
     sync_inputs,
 )
 
+from ._partition import breaking_node, split
+
 __all__ = ["GraphBridge", "bridge"]
 
 # Signatures kept per FX graph (most recently used first out when full).
@@ -51,7 +56,7 @@ MAX_SIGNATURES = 64
 class GraphBridge:
     """One FX graph from AOTAutograd, traced on first use, then executed by hash."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, name: str | None = None) -> None:
         # Boxed: called with one list of arguments. An instance attribute, so that
         # the ``functools.wraps`` of dynamo's ``disable`` (around backward) copies it.
         self._boxed_call = True
@@ -69,7 +74,7 @@ class GraphBridge:
         # Signature -> Replay, or the reason (a str) that signature is interpreted.
         self.replays: OrderedDict[tuple, Replay | str] = OrderedDict()
         self.traced = False
-        self.name = graph_name(gm)
+        self.name = name or graph_name(gm)
 
     def __call__(self, *args):
         # AOTAutograd calls boxed (one list: ``_boxed_call``) where it can, and unboxed
@@ -98,8 +103,10 @@ class GraphBridge:
 
     @property
     def broken(self) -> str | None:
-        """Why the latest interpreted signature could not be replayed (None: none is)."""
-        reasons = [r for r in self.replays.values() if type(r) is str]
+        """Why the latest signature that is split or interpreted could not be replayed
+        whole (None: every one is)."""
+        kept = self.replays.values()
+        reasons = [r if type(r) is str else r.reason for r in kept if type(r) is not Replay]
         return reasons[-1] if reasons else None
 
     def _capture(self, key: tuple, args):
@@ -107,7 +114,7 @@ class GraphBridge:
         try:
             replay = Replay(self.gm, args, self.tensor_positions, self.name)
         except CaptureBroken as why:
-            replay = str(why)
+            replay = self._split(args, str(why)) or str(why)
         metrics.bump(counter)
         self.traced = True
         self.replays[key] = replay
@@ -116,6 +123,17 @@ class GraphBridge:
             # must not grow this without bound; the executables stay in the LRU cache.
             self.replays.popitem(last=False)
         return replay
+
+    def _split(self, args, reason: str):
+        """The graph split around the node where its capture broke, or None."""
+        node = breaking_node(self.gm, args, self.tensor_positions)
+        if node is None:
+            return None
+        top, names = split(self.gm, {node.name})
+        for k, name in enumerate(names):
+            setattr(top, name, _Part(getattr(top, name), f"{self.name}_part{k}"))
+        metrics.bump("DynamoSplitGraph")
+        return _Split(top, node.name, reason)
 
     def _sync_pending_inputs(self, args) -> None:
         start = perf_counter()
@@ -130,6 +148,38 @@ class GraphBridge:
             flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
             sync_inputs([*args, *flat])
         return outputs
+
+
+class _Split:
+    """A graph split around ops that cannot be replayed (``_partition``): its top graph
+    runs per call, its parts replay."""
+
+    def __init__(self, top: torch.fx.GraphModule, around: str, reason: str) -> None:
+        self.top = top
+        self.around = around  # the node it was split around
+        self.reason = reason  # why the whole graph could not be replayed
+
+    def run(self, args):
+        with EXECUTOR.mode(eager=False), torch.no_grad():
+            outputs = self.top(*args)
+            flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+            sync_inputs([*args, *flat])  # an op the top graph ran lazily
+        return outputs
+
+
+class _Part(torch.nn.Module):
+    """One part of a split graph: a ``GraphBridge``, made on the part's first call."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+        super().__init__()
+        self.gm = gm
+        self.part_name = name
+        self.bridge = None
+
+    def forward(self, *args):
+        if self.bridge is None:
+            self.bridge = GraphBridge(self.gm, args, name=self.part_name)
+        return self.bridge(list(args))
 
 
 def _run_with_effects(token, op, *args, **kwargs):
