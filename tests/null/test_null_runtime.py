@@ -87,7 +87,9 @@ def test_a_compiled_region_names_its_program(null):
     for _ in range(3):
         step()
     names = [p.name for p in null.programs]
-    assert names.count("train_step") == 2  # the first step, then the donating one
+    # One program: AdamW's moments, made in the first step, are made on the device as
+    # inputs (dispatch.optimizer_state), so the first step is the steady step.
+    assert names.count("train_step") == 1
     assert set(names) == {"train_step"}
 
 

@@ -44,6 +44,7 @@ from .barrier.text import lowered_text, program_text  # noqa: E402
 from .config import DEVICE_NAME  # noqa: E402
 from .dispatch import handlers as _handlers  # noqa: E402,F401  (sets LazyTensor.__torch_dispatch__)
 from .dispatch.kernels import register_kernels  # noqa: E402
+from .dispatch.optimizer_state import register_optimizer_hooks  # noqa: E402
 from .dispatch.run import apply_eager_sync  # noqa: E402
 from .distributed.constraint import mark_sharding, sharding_constraint  # noqa: E402
 from .distributed.functional_collectives import install as _install_functional_collectives  # noqa: E402
@@ -112,6 +113,7 @@ from .tensor.lazy import (  # noqa: E402
 from .tensor.transfer import from_cpu, to_cpu  # noqa: E402
 
 register_kernels()
+register_optimizer_hooks()
 _install_module_moves()
 _install_storages()
 _install_autocast()

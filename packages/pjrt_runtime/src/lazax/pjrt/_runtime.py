@@ -10,6 +10,9 @@ Contract (the narrow interface; a second implementation must stay possible):
   the same object (no copy, its sharding kept) when all its devices are this
   process's, else a copy on the default device; counted in ``memory_stats`` either way.
 - ``copy(buffer)``: a new buffer of the same value on the same devices (asynchronous).
+- ``zeros_like(buffer, dtype=None)``: a new buffer of zeros laid out as ``buffer`` (its
+  shape, devices and sharding), of ``dtype`` (a name such as ``"bfloat16"``) or
+  ``buffer``'s (asynchronous).
 - ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer);
   ``SplitAcrossProcessesError`` for a value split over several processes' devices
   (a replicated one reads back whole).
@@ -215,6 +218,18 @@ class PjrtRuntime(JobMethods):
         """A new buffer of ``buffer``'s value, on its devices (one it may donate)."""
         self._check_fault("to_device")
         out = jnp.array(buffer, copy=True)
+        self.memory.track((out,))
+        return out
+
+    def zeros_like(self, buffer: jax.Array, dtype: Any = None) -> jax.Array:
+        self._check_fault("to_device")
+        try:
+            kind = buffer.dtype if dtype is None else numpy_dtype(dtype)
+            out = jnp.zeros(buffer.shape, kind, device=buffer.sharding)
+        except Exception as err:
+            if is_out_of_memory(err):
+                raise DeviceOutOfMemory(str(err)) from err
+            raise
         self.memory.track((out,))
         return out
 

@@ -21,7 +21,8 @@ execution that fails synchronously has consumed nothing, so the rule above still
 ``wait=True`` blocks until the results are ready. ``sync_ltc_data=False`` (eager mode's
 per-op sync) leaves the views of a synced storage holding their IR (it does not bump
 the storage version), which is all an op's fresh outputs need.
-``sync()`` syncs every live storage with pending IR in one graph.
+``sync()`` syncs every live storage with pending IR in one graph, its roots in the
+order of their hashes (the same work is the same graph, however it became pending).
 Manual sharding (``ops.manual``): a value that differs per device has no value a
 storage could hold, so it stays pending: ``sync()`` and eager mode's syncs
 (``hold_manual=True``) leave it out, and any other sync of it (a read, a move) raises
@@ -180,6 +181,10 @@ class GraphExecutor(ExecutorFlags):
                 PENDING.restore(held)
                 del held
             for index, group in by_device(storages) if storages else ():
+                # In the order of their Merkle hashes, not of when each became pending
+                # (history: a parameter pending since model.to(), or since the step's
+                # update), so that the same step is the same graph whatever came before.
+                group.sort(key=_root_hash)
                 roots = [s.value for s in group]
                 try:
                     results = self.run_graph(roots, group, device_index=index)
@@ -358,6 +363,10 @@ class GraphExecutor(ExecutorFlags):
         if self.allow_execution:
             return
         raise unexpected_execution(what, self.graph_name, graph)
+
+
+def _root_hash(storage) -> int:
+    return storage.value.hash
 
 
 def _per_device(targets: list, roots: list) -> list[tuple[int, list]]:

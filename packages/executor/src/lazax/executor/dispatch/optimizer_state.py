@@ -1,0 +1,97 @@
+"""Optimizer state made as device data, so that an optimizer's first step traces the
+same graph as its later ones.
+
+Contract: torch.optim creates a parameter's state inside its first ``step()``
+(``torch.zeros_like(p)`` for Adam's and AdamW's moments). Traced lazily, those zeros are
+ops of the first step's graph, where every later step reads the state as inputs: two
+graphs to compile for one training step (the second as large as the first). While an
+optimizer steps (torch.optim's global step hooks, registered by
+``register_optimizer_hooks``), ``zeros_like(p)`` of one of its parameters that holds
+device data is made at once on the device, laid out as ``p`` (its devices, its
+sharding; ``runtime.zeros_like``), and enters the graph as an input: the first step's
+graph is the later steps' graph, compiled once. Anything else (a zeros_like of another
+tensor, of a parameter still pending, of a view, with another device or layout asked
+for, while a graph is captured for replay) is traced as usual. An optimizer step that
+raises leaves its parameters marked until its next step (only their zeros_like is
+affected: device data instead of an op of the same value).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from lazax import ir
+
+from .. import metrics
+from ..barrier.executor import EXECUTOR
+from ..state.dtypes import dtype_name
+from ..state.layout import Layout
+from ..tensor.lazy import LazyTensor, new_tensor
+
+__all__ = ["register_optimizer_hooks", "state_zeros"]
+
+# id(optimizer) -> ids of its parameters, while its step() runs.
+_STEPPING: dict[int, frozenset[int]] = {}
+_HOOKS: list = []
+
+
+def _before_step(optimizer, args, kwargs) -> None:
+    _STEPPING[id(optimizer)] = frozenset(
+        id(p) for group in optimizer.param_groups for p in group["params"]
+    )
+
+
+def _after_step(optimizer, args, kwargs) -> None:
+    _STEPPING.pop(id(optimizer), None)
+
+
+def register_optimizer_hooks() -> None:
+    """Register the step hooks with torch.optim (idempotent)."""
+    if not _HOOKS:
+        _HOOKS.append(register_optimizer_step_pre_hook(_before_step))
+        _HOOKS.append(register_optimizer_step_post_hook(_after_step))
+
+
+def _stepping(p) -> bool:
+    return any(id(p) in ids for ids in _STEPPING.values())
+
+
+def _made_on_device(args, kwargs) -> LazyTensor | None:
+    p = args[0]
+    if type(p) is not LazyTensor or len(args) > 1 or p._lz_view is not None:
+        return None
+    if not _stepping(p) or EXECUTOR.capture_guard is not None:
+        return None
+    storage = p._lz_storage
+    if storage.pending or kwargs.get("layout") not in (None, torch.strided):
+        return None
+    device = kwargs.get("device")
+    if device is not None and torch.device(device) != p.device:
+        return None
+    if kwargs.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format):
+        return None
+    if p._lz_key != Layout(tuple(p.shape), p.dtype).mkey:  # not the whole, contiguous base
+        return None
+    dtype = kwargs.get("dtype") or p.dtype
+    name = dtype_name(dtype)
+    buffer = EXECUTOR.runtime.zeros_like(storage.value.node.data, name)
+    metrics.bump("CreateDataHandles")
+    spec = ir.TensorSpec(tuple(p.shape), name)
+    return new_tensor(ir.device_data(spec, buffer), Layout(spec.shape, dtype), storage.device_index)
+
+
+def state_zeros(handler):
+    """``aten.zeros_like``'s handler, making an optimizer's state on the device first."""
+
+    def run(args, kwargs):
+        if _STEPPING:
+            made = _made_on_device(args, kwargs)
+            if made is not None:
+                return made
+        return handler(args, kwargs)
+
+    return run
