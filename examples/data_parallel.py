@@ -9,7 +9,8 @@ process per GPU). Run alone (``python examples/data_parallel.py``), it is one pr
 Each process loads its own share of each batch (``DistributedSampler``) and hands it to
 ``global_tensor``: one global batch split along the mesh's "data" axis over every
 process's devices. The weights are replicated (``--fsdp``: split by rows along "data",
-with AdamW's state), and each step is one SPMD program that XLA partitions; the
+with AdamW's state), and each step is one SPMD program that XLA partitions (the first
+step's too: AdamW's state is made on the device as its input); the
 processes run it together. Every process runs the same code: reads of replicated values
 (the loss) happen in every process, and only the printing is left to process 0.
 """
@@ -86,7 +87,7 @@ def main() -> None:
     compiled = lx.metrics.counter_value("UncachedCompile")
     print(
         f"process {rank} of {processes}: {lx.device_count()} of {devices} devices, "
-        f"{step} steps, loss {first:.4f} -> {value:.4f}, {compiled} programs compiled "
+        f"{step} steps, loss {first:.4f} -> {value:.4f}, compiled programs: {compiled} "
         f"({rate:.1f} steady steps/s)",
         flush=True,
     )

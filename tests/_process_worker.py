@@ -388,7 +388,9 @@ def main() -> None:
     elif scenario == "diverge":
 
         def peek(step, loss):
-            if rank == 0 and step == 1:
+            # In the first step, which both processes compile (a later step compiles
+            # nothing in process 1, and process 0 would wait for it until the timeout).
+            if rank == 0 and step == 0:
                 print("process 0 reads", loss.item(), flush=True)
 
         try:

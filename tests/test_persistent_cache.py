@@ -21,7 +21,7 @@ model = MLP(16, 32, 4).to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 losses = []
 for step in range(3):
-    x, y = make_batch(8, 16, 4, step)
+    x, y = make_batch(8 if step < 2 else 4, 16, 4, step)  # two graphs: two batch sizes
     opt.zero_grad()
     loss = F.cross_entropy(model(x.to(dev)), y.to(dev))
     loss.backward()
@@ -63,7 +63,7 @@ def test_a_second_process_compiles_nothing(warm):
 
 
 def test_corrupt_and_truncated_entries_warn_and_recompile(warm, tmp_path):
-    # The two lazax graphs of the MLP step are the two entries.
+    # The two lazax graphs of the script (batches of 8, then of 4) are the two entries.
     cache_dir, first = warm
     copy = tmp_path / "copy"
     copy.mkdir(mode=0o700)
