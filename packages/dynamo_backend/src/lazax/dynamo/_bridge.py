@@ -142,12 +142,18 @@ class GraphBridge:
 
     def _interpret(self, args):
         metrics.bump("DynamoInterpretedGraph")
-        with EXECUTOR.mode(eager=False):
-            with torch.no_grad():
-                outputs = self.gm(*args)
-            flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-            sync_inputs([*args, *flat])
-        return outputs
+        return _run_lazily(self.gm, args)
+
+
+def _run_lazily(fn, args):
+    """``fn(*args)`` through the tensor layer (eager mode off), then what it left
+    pending run as one graph: an interpreted graph, or a split one's top graph."""
+    with EXECUTOR.mode(eager=False):
+        with torch.no_grad():
+            outputs = fn(*args)
+        flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        sync_inputs([*args, *flat])
+    return outputs
 
 
 class _Split:
@@ -160,11 +166,7 @@ class _Split:
         self.reason = reason  # why the whole graph could not be replayed
 
     def run(self, args):
-        with EXECUTOR.mode(eager=False), torch.no_grad():
-            outputs = self.top(*args)
-            flat = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-            sync_inputs([*args, *flat])  # an op the top graph ran lazily
-        return outputs
+        return _run_lazily(self.top, args)
 
 
 class _Part(torch.nn.Module):

@@ -203,10 +203,12 @@ class PjrtRuntime(JobMethods):
     def device_kind(self) -> str:
         return f"{self.platform}:{self.default_device.device_kind}:{len(self.devices)}"
 
-    def to_device(self, array: np.ndarray, device: Any = None) -> jax.Array:
+    def _allocate(self, make: Callable[[], jax.Array]) -> jax.Array:
+        """``make()``'s new buffer, counted; running out of device memory raises
+        ``DeviceOutOfMemory``. (The ``to_device`` fault of ``fail_next`` applies.)"""
         self._check_fault("to_device")
         try:
-            buffer = jax.device_put(array, self._shardings[device or self.default_device])
+            buffer = make()
         except Exception as err:
             if is_out_of_memory(err):
                 raise DeviceOutOfMemory(str(err)) from err
@@ -214,24 +216,17 @@ class PjrtRuntime(JobMethods):
         self.memory.track((buffer,))
         return buffer
 
+    def to_device(self, array: np.ndarray, device: Any = None) -> jax.Array:
+        sharding = self._shardings[device or self.default_device]
+        return self._allocate(lambda: jax.device_put(array, sharding))
+
     def copy(self, buffer: jax.Array) -> jax.Array:
         """A new buffer of ``buffer``'s value, on its devices (one it may donate)."""
-        self._check_fault("to_device")
-        out = jnp.array(buffer, copy=True)
-        self.memory.track((out,))
-        return out
+        return self._allocate(lambda: jnp.array(buffer, copy=True))
 
     def zeros_like(self, buffer: jax.Array, dtype: Any = None) -> jax.Array:
-        self._check_fault("to_device")
-        try:
-            kind = buffer.dtype if dtype is None else numpy_dtype(dtype)
-            out = jnp.zeros(buffer.shape, kind, device=buffer.sharding)
-        except Exception as err:
-            if is_out_of_memory(err):
-                raise DeviceOutOfMemory(str(err)) from err
-            raise
-        self.memory.track((out,))
-        return out
+        kind = buffer.dtype if dtype is None else numpy_dtype(dtype)
+        return self._allocate(lambda: jnp.zeros(buffer.shape, kind, device=buffer.sharding))
 
     def adopt(self, buffer: jax.Array) -> jax.Array:
         if not isinstance(buffer, jax.Array):

@@ -59,6 +59,60 @@ def assert_async(ctx, cond, msg):
 _OFFSET = 2**31
 
 
+# torch's _linalg_check_errors, in its order: the first name found in the api's picks
+# the message ({head}: the api, and the failed batch element; {info}: LAPACK's code) and
+# the error (TORCH_CHECK_LINALG's LinAlgError, lu_factor's plain RuntimeError).
+_LINALG_ERRORS = (
+    (
+        ("inv",),
+        "{head}: The diagonal element {info} is zero, the inversion could not be completed "
+        "because the input matrix is singular.",
+        "LinAlgError",
+    ),
+    (
+        ("solve",),
+        "{head}: The solver failed because the input matrix is singular.",
+        "LinAlgError",
+    ),
+    (
+        ("cholesky",),
+        "{head}: The factorization could not be completed because the input is not "
+        "positive-definite (the leading minor of order {info} is not positive-definite).",
+        "LinAlgError",
+    ),
+    (
+        ("svd",),
+        "{head}: The algorithm failed to converge because the input matrix is "
+        "ill-conditioned or has too many repeated singular values (error code: {info}).",
+        "LinAlgError",
+    ),
+    (
+        ("eig", "syevd"),
+        "{head}: The algorithm failed to converge because the input matrix is "
+        "ill-conditioned or has too many repeated eigenvalues (error code: {info}).",
+        "LinAlgError",
+    ),
+    (
+        ("lstsq",),
+        "{head}: The least squares solution could not be computed because the input "
+        "matrix does not have full rank (error code: {info}).",
+        "LinAlgError",
+    ),
+    (
+        ("lu_factor",),
+        "{head}: U[{info},{info}] is zero and using it on lu_solve would result in a "
+        "division by zero. If you still want to perform the factorization, consider "
+        "calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)",
+        "RuntimeError",
+    ),
+)
+_UNKNOWN = ((), "{api}: Unknown error code: {info}.", "RuntimeError")
+
+
+def _linalg_error(api_name: str) -> tuple:
+    return next((e for e in _LINALG_ERRORS if any(k in api_name for k in e[0])), _UNKNOWN)
+
+
 class LinalgMessage:
     """torch's ``_linalg_check_errors`` message for one failed ``info`` (picklable: the
     executable's annotations keep it)."""
@@ -78,43 +132,7 @@ class LinalgMessage:
                 f"{head}: Argument {-info} has illegal value. Most certainly there is a bug "
                 "in the implementation calling the backend library."
             )
-        if "inv" in api:
-            return (
-                f"{head}: The diagonal element {info} is zero, the inversion could not be "
-                "completed because the input matrix is singular."
-            )
-        if "solve" in api:
-            return f"{head}: The solver failed because the input matrix is singular."
-        if "cholesky" in api:
-            return (
-                f"{head}: The factorization could not be completed because the input is not "
-                f"positive-definite (the leading minor of order {info} is not "
-                "positive-definite)."
-            )
-        if "svd" in api:
-            return (
-                f"{head}: The algorithm failed to converge because the input matrix is "
-                "ill-conditioned or has too many repeated singular values (error code: "
-                f"{info})."
-            )
-        if "eig" in api or "syevd" in api:
-            return (
-                f"{head}: The algorithm failed to converge because the input matrix is "
-                "ill-conditioned or has too many repeated eigenvalues (error code: "
-                f"{info})."
-            )
-        if "lstsq" in api:
-            return (
-                f"{head}: The least squares solution could not be computed because the input "
-                f"matrix does not have full rank (error code: {info})."
-            )
-        if "lu_factor" in api:
-            return (
-                f"{head}: U[{info},{info}] is zero and using it on lu_solve would result in a "
-                "division by zero. If you still want to perform the factorization, consider "
-                "calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"
-            )
-        return f"{api}: Unknown error code: {info}."
+        return _linalg_error(api)[1].format(head=head, api=api, info=info)
 
 
 def check_info(ctx, info, api_name: str, is_matrix: bool) -> None:
@@ -123,12 +141,7 @@ def check_info(ctx, info, api_name: str, is_matrix: bool) -> None:
     ``check_errors=True``)."""
     flat = info.reshape(-1).astype(jnp.int64)
     where = jnp.arange(flat.size, dtype=jnp.int64) << 32
-    # torch's TORCH_CHECK_LINALG, except lu_factor's plain TORCH_CHECK (and an unknown
-    # api's internal assert): a RuntimeError that is not a LinAlgError.
-    plain = "lu_factor" in api_name and not any(
-        k in api_name for k in ("inv", "solve", "cholesky", "svd", "eig", "syevd", "lstsq")
-    )
-    error = "RuntimeError" if plain else "LinAlgError"
+    error = _linalg_error(api_name)[2]
     ctx.check(flat != 0, where + flat + _OFFSET, error, LinalgMessage(api_name, is_matrix))
 
 
