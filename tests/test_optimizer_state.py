@@ -3,6 +3,8 @@
 torch.optim makes Adam's and AdamW's moments inside the first ``step()`` with
 ``zeros_like(p)``; lazax makes those on the device as inputs, so the first step's graph
 is the steady step's: one compile for a training loop, with values equal to the CPU's.
+SGD's momentum buffer (a copy of the first gradient in torch) starts as zeros on the
+device, which the later steps' formula turns into that gradient.
 """
 
 from __future__ import annotations
@@ -22,17 +24,21 @@ def _uncached() -> int:
     return lx.metrics.counter_value("UncachedCompile") or 0
 
 
-@pytest.mark.parametrize("name", ["AdamW", "Adam", "AdamW-foreach-off", "Adamax"])
-def test_a_training_loop_compiles_one_graph_and_matches_the_cpu(name):
+def _train_beside_the_cpu(kind: str, options: dict, width: int, steps: int = 4):
+    """``steps`` steps of one model on the CPU and a copy on lazax, each by its own
+    ``torch.optim.<kind>(**options)``; the two models, optimizers and the compiles. Each
+    test gives its own ``width`` (the hidden size): a graph another test compiled first
+    would be found in the process's cache and counted as no compile."""
     torch.manual_seed(0)
     reference = torch.nn.Sequential(
-        torch.nn.Linear(12, 24), torch.nn.GELU(), torch.nn.LayerNorm(24), torch.nn.Linear(24, 5)
+        torch.nn.Linear(12, width),
+        torch.nn.GELU(),
+        torch.nn.LayerNorm(width),
+        torch.nn.Linear(width, 5),
     )
     model = copy.deepcopy(reference).to(DEV)  # left pending: the first sync is the step's
-    kind, _, foreach = name.partition("-")
-    options = {"lr": 1e-2} | ({"foreach": False} if foreach else {})
     optimizers = [getattr(torch.optim, kind)(m.parameters(), **options) for m in (reference, model)]
-    batches = [(torch.randn(6, 12), torch.randint(0, 5, (6,))) for _ in range(4)]
+    batches = [(torch.randn(6, 12), torch.randint(0, 5, (6,))) for _ in range(steps)]
     before = _uncached()
     for x, y in batches:
         for m, opt, (a, b) in (
@@ -43,11 +49,56 @@ def test_a_training_loop_compiles_one_graph_and_matches_the_cpu(name):
             F.cross_entropy(m(a), b).backward()
             opt.step()
         lx.sync()
-    assert _uncached() - before == 1
     for p, q in zip(reference.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)
+    return reference, model, optimizers, _uncached() - before
+
+
+ADAMS = ["AdamW", "Adam", "AdamW-foreach-off", "Adamax"]
+
+
+@pytest.mark.parametrize("name", ADAMS)
+def test_a_training_loop_compiles_one_graph_and_matches_the_cpu(name):
+    kind, _, foreach = name.partition("-")
+    options = {"lr": 1e-2} | ({"foreach": False} if foreach else {})
+    width = 24 + ADAMS.index(name)
+    _, model, optimizers, compiles = _train_beside_the_cpu(kind, options, width)
+    assert compiles == 1
     state = optimizers[1].state[next(model.parameters())]
     assert state["exp_avg"].device == DEV
+
+
+SGDS = {
+    "foreach": {"momentum": 0.9},
+    "for-loop": {"momentum": 0.9, "foreach": False},
+    "nesterov": {"momentum": 0.9, "nesterov": True, "weight_decay": 1e-3},
+}
+
+
+@pytest.mark.parametrize("name", SGDS)
+def test_sgd_with_momentum_compiles_one_graph_and_keeps_torchs_buffers(name):
+    options = {"lr": 0.1} | SGDS[name]
+    width = 32 + list(SGDS).index(name)
+    reference, model, optimizers, compiles = _train_beside_the_cpu("SGD", options, width)
+    assert compiles == 1
+    for p, q in zip(reference.parameters(), model.parameters(), strict=True):
+        cpu, ours = (opt.state[t]["momentum_buffer"] for opt, t in zip(optimizers, (p, q)))
+        assert ours.device == DEV
+        torch.testing.assert_close(ours.cpu(), cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_sgd_buffer_after_one_step_is_the_gradient():
+    options = {"lr": 0.1, "momentum": 0.9}
+    _, model, optimizers, _ = _train_beside_the_cpu("SGD", options, width=40, steps=1)
+    for p in model.parameters():
+        assert torch.equal(optimizers[1].state[p]["momentum_buffer"].cpu(), p.grad.cpu())
+
+
+def test_sgd_with_dampening_keeps_torchs_first_step():
+    # Dampening applies from the second step on: a zero buffer would dampen the first.
+    options = {"lr": 0.1, "momentum": 0.9, "dampening": 0.5}
+    _, _, _, compiles = _train_beside_the_cpu("SGD", options, width=41)
+    assert compiles == 2  # torch's first step (a copy of the gradient), then the steady one
 
 
 class _MakesState(torch.optim.Optimizer):

@@ -14,6 +14,16 @@ tensor, of a parameter still pending, of a view, with another device or layout a
 for, while a graph is captured for replay) is traced as usual. An optimizer step that
 raises leaves its parameters marked until its next step (only their zeros_like is
 affected: device data instead of an op of the same value).
+
+``torch.optim.SGD`` with momentum makes its buffer in the first step differently: as a
+copy of the gradient, where later steps compute ``buf * momentum + (1 - dampening) *
+grad``. With ``dampening == 0`` (the default) the later steps' formula over a zero
+buffer gives the gradient itself, so before an SGD step (no closure) each parameter
+with a gradient and no buffer yet gets a zero buffer made as above: the first step runs
+the later steps' graph, and the buffer after it holds the gradient, as torch's does (a
+gradient of ``-0.0`` becomes ``+0.0``, the only difference). Other dampening, a
+``differentiable`` group, an SGD subclass or a parameter that is not device data: as
+torch.optim does it.
 """
 
 from __future__ import annotations
@@ -43,6 +53,24 @@ def _before_step(optimizer, args, kwargs) -> None:
     _STEPPING[id(optimizer)] = frozenset(
         id(p) for group in optimizer.param_groups for p in group["params"]
     )
+    closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
+    if type(optimizer) is torch.optim.SGD and closure is None:
+        _zero_momentum_buffers(optimizer)
+
+
+def _zero_momentum_buffers(optimizer) -> None:
+    """Give SGD's parameters that have a gradient and no momentum buffer a zero one."""
+    for group in optimizer.param_groups:
+        if group["momentum"] == 0 or group["dampening"] != 0 or group["differentiable"]:
+            continue
+        for p in group["params"]:
+            if type(p.grad) is not LazyTensor or p.grad.dtype != p.dtype:
+                continue
+            state = optimizer.state[p]  # (torch's _init_group makes this entry too)
+            if state.get("momentum_buffer") is None:
+                buffer = _zeros_laid_out_as(p, p.dtype)
+                if buffer is not None:
+                    state["momentum_buffer"] = buffer
 
 
 def _after_step(optimizer, args, kwargs) -> None:
@@ -62,21 +90,24 @@ def _stepping(p) -> bool:
 
 def _made_on_device(args, kwargs) -> LazyTensor | None:
     p = args[0]
-    if type(p) is not LazyTensor or len(args) > 1 or p._lz_view is not None:
-        return None
-    if not _stepping(p) or EXECUTOR.capture_guard is not None:
-        return None
-    storage = p._lz_storage
-    if storage.pending or kwargs.get("layout") not in (None, torch.strided):
+    if len(args) > 1 or not _stepping(p) or kwargs.get("layout") not in (None, torch.strided):
         return None
     device = kwargs.get("device")
     if device is not None and torch.device(device) != p.device:
         return None
     if kwargs.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format):
         return None
-    if p._lz_key != Layout(tuple(p.shape), p.dtype).mkey:  # not the whole, contiguous base
+    return _zeros_laid_out_as(p, kwargs.get("dtype") or p.dtype)
+
+
+def _zeros_laid_out_as(p, dtype) -> LazyTensor | None:
+    """Zeros of ``p``'s shape and ``dtype``, made now on ``p``'s devices with its
+    sharding; None where ``p`` is not the whole of a storage that holds device data."""
+    if type(p) is not LazyTensor or p._lz_view is not None or EXECUTOR.capture_guard is not None:
         return None
-    dtype = kwargs.get("dtype") or p.dtype
+    storage = p._lz_storage
+    if storage.pending or p._lz_key != Layout(tuple(p.shape), p.dtype).mkey:
+        return None
     name = dtype_name(dtype)
     buffer = EXECUTOR.runtime.zeros_like(storage.value.node.data, name)
     metrics.bump("CreateDataHandles")
