@@ -24,9 +24,10 @@ def _uncached() -> int:
     return lx.metrics.counter_value("UncachedCompile") or 0
 
 
-def _train_beside_the_cpu(kind: str, options: dict, width: int, steps: int = 4):
+def _train_beside_the_cpu(kind: str, options: dict, width: int, steps: int = 4, lazax_only=None):
     """``steps`` steps of one model on the CPU and a copy on lazax, each by its own
-    ``torch.optim.<kind>(**options)``; the two models, optimizers and the compiles. Each
+    ``torch.optim.<kind>(**options)`` (``lazax_only``: more options for lazax's, which
+    the CPU refuses); the two models, optimizers and the compiles. Each
     test gives its own ``width`` (the hidden size): a graph another test compiled first
     would be found in the process's cache and counted as no compile."""
     torch.manual_seed(0)
@@ -37,7 +38,10 @@ def _train_beside_the_cpu(kind: str, options: dict, width: int, steps: int = 4):
         torch.nn.Linear(width, 5),
     )
     model = copy.deepcopy(reference).to(DEV)  # left pending: the first sync is the step's
-    optimizers = [getattr(torch.optim, kind)(m.parameters(), **options) for m in (reference, model)]
+    optimizers = [
+        getattr(torch.optim, kind)(reference.parameters(), **options),
+        getattr(torch.optim, kind)(model.parameters(), **options, **(lazax_only or {})),
+    ]
     batches = [(torch.randn(6, 12), torch.randint(0, 5, (6,))) for _ in range(steps)]
     before = _uncached()
     for x, y in batches:
@@ -54,15 +58,23 @@ def _train_beside_the_cpu(kind: str, options: dict, width: int, steps: int = 4):
     return reference, model, optimizers, _uncached() - before
 
 
-ADAMS = ["AdamW", "Adam", "AdamW-foreach-off", "Adamax"]
+ADAMS = {
+    "AdamW": {},
+    "Adam": {},
+    "AdamW-foreach-off": {"foreach": False},
+    "Adamax": {},
+    "AdamW-fused": {"fused": True},  # its step count: a 0-dim tensor on the device
+    "Adam-capturable": {},  # (lazax's alone: the CPU cannot capture)
+}
 
 
 @pytest.mark.parametrize("name", ADAMS)
 def test_a_training_loop_compiles_one_graph_and_matches_the_cpu(name):
-    kind, _, foreach = name.partition("-")
-    options = {"lr": 1e-2} | ({"foreach": False} if foreach else {})
-    width = 24 + ADAMS.index(name)
-    _, model, optimizers, compiles = _train_beside_the_cpu(kind, options, width)
+    kind = name.partition("-")[0]
+    options = {"lr": 1e-2} | ADAMS[name]
+    width = 24 + list(ADAMS).index(name)
+    lazax_only = {"capturable": True} if name.endswith("capturable") else None
+    _, model, optimizers, compiles = _train_beside_the_cpu(kind, options, width, 4, lazax_only)
     assert compiles == 1
     state = optimizers[1].state[next(model.parameters())]
     assert state["exp_avg"].device == DEV
@@ -78,7 +90,7 @@ SGDS = {
 @pytest.mark.parametrize("name", SGDS)
 def test_sgd_with_momentum_compiles_one_graph_and_keeps_torchs_buffers(name):
     options = {"lr": 0.1} | SGDS[name]
-    width = 32 + list(SGDS).index(name)
+    width = 40 + list(SGDS).index(name)
     reference, model, optimizers, compiles = _train_beside_the_cpu("SGD", options, width)
     assert compiles == 1
     for p, q in zip(reference.parameters(), model.parameters(), strict=True):
@@ -89,7 +101,7 @@ def test_sgd_with_momentum_compiles_one_graph_and_keeps_torchs_buffers(name):
 
 def test_sgd_buffer_after_one_step_is_the_gradient():
     options = {"lr": 0.1, "momentum": 0.9}
-    _, model, optimizers, _ = _train_beside_the_cpu("SGD", options, width=40, steps=1)
+    _, model, optimizers, _ = _train_beside_the_cpu("SGD", options, width=48, steps=1)
     for p in model.parameters():
         assert torch.equal(optimizers[1].state[p]["momentum_buffer"].cpu(), p.grad.cpu())
 
@@ -97,7 +109,7 @@ def test_sgd_buffer_after_one_step_is_the_gradient():
 def test_sgd_with_dampening_keeps_torchs_first_step():
     # Dampening applies from the second step on: a zero buffer would dampen the first.
     options = {"lr": 0.1, "momentum": 0.9, "dampening": 0.5}
-    _, _, _, compiles = _train_beside_the_cpu("SGD", options, width=41)
+    _, _, _, compiles = _train_beside_the_cpu("SGD", options, width=49)
     assert compiles == 2  # torch's first step (a copy of the gradient), then the steady one
 
 

@@ -19,7 +19,7 @@ from ..ops import get_lowering
 from ..tensor.lazy import LazyTensor
 from ..tensor.transfer import to_cpu
 from .fallback import fallback
-from .optimizer_state import state_zeros
+from .optimizer_state import state_scalar_zero, state_zeros
 from .out_checks import checked_out
 from .plans import FUNCTIONAL, INPLACE, VIEW, OpPlan
 from .run import run_in_place, run_plan, upload
@@ -175,6 +175,8 @@ def make_handler(func):
         return _fake_when_faking(handler)
     if func is aten.zeros_like.default:
         return state_zeros(handler)
+    if func is aten.zero_.default:
+        return state_scalar_zero(handler)
     return handler
 
 

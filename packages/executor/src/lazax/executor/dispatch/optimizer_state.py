@@ -24,6 +24,11 @@ the later steps' graph, and the buffer after it holds the gradient, as torch's d
 gradient of ``-0.0`` becomes ``+0.0``, the only difference). Other dampening, a
 ``differentiable`` group, an SGD subclass or a parameter that is not device data: as
 torch.optim does it.
+
+Fused and capturable Adam (and the others with those flags) count their steps in a
+0-dim tensor on the device, made by ``torch.zeros((), device=p.device)``: ``empty``
+then ``zero_``. A 0-dim tensor (not a view) zeroed while an optimizer steps is given an
+uploaded zero as its value, an input of the graph as its later values are.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ from ..barrier.executor import EXECUTOR
 from ..state.dtypes import dtype_name
 from ..state.layout import Layout
 from ..tensor.lazy import LazyTensor, new_tensor
+from ..tensor.transfer import from_cpu
 
-__all__ = ["register_optimizer_hooks", "state_zeros"]
+__all__ = ["register_optimizer_hooks", "state_scalar_zero", "state_zeros"]
 
 # id(optimizer) -> ids of its parameters, while its step() runs.
 _STEPPING: dict[int, frozenset[int]] = {}
@@ -123,6 +129,24 @@ def state_zeros(handler):
             made = _made_on_device(args, kwargs)
             if made is not None:
                 return made
+        return handler(args, kwargs)
+
+    return run
+
+
+def state_scalar_zero(handler):
+    """``aten.zero_``'s handler: while an optimizer steps, a whole 0-dim tensor is
+    zeroed by an upload (device data) rather than by an op of the step's graph."""
+
+    def run(args, kwargs):
+        if _STEPPING and EXECUTOR.capture_guard is None:
+            t = args[0]
+            if type(t) is LazyTensor and t.dim() == 0 and t._lz_view is None:
+                storage = t._lz_storage
+                if t._lz_key == Layout((), t.dtype).mkey:
+                    zero = torch.zeros((), dtype=t.dtype)
+                    storage.set(from_cpu(zero, storage.device_index))
+                    return t
         return handler(args, kwargs)
 
     return run
