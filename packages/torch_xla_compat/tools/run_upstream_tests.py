@@ -3,10 +3,12 @@
 Contract: extracts the chosen files of pytorch/xla's ``test/`` folder from a bare git
 mirror (``--mirror``, default ``/work/.mirror/pytorch+xla/repo``) into a fresh temp
 directory, runs each file with pytest there (one process per file, with a timeout) and
-prints ``passed / collected`` per file and in total. Nothing of pytorch/xla is written
-into this repository. Extra import paths (``--deps``, e.g. a ``pip install --target``
-folder with ``absl-py``, and torchvision 0.16.2 for ``dynamo/test_dynamo.py``: see
-docs/torch_xla.md) are put on ``PYTHONPATH``.
+prints ``passed / collected`` per file and in total. pytest collects what torch_xla's CI
+(``python3 <file>``, unittest) runs: the plugin ``unittest_collection`` deselects a
+module-level ``test_*`` function that takes ``self``, which unittest never runs.
+Nothing of pytorch/xla is written into this repository. Extra import paths
+(``--deps``, e.g. a ``pip install --target`` folder with ``absl-py``, and torchvision
+0.16.2 for ``dynamo/test_dynamo.py``: see docs/torch_xla.md) are put on ``PYTHONPATH``.
 
     python packages/torch_xla_compat/tools/run_upstream_tests.py --deps /tmp/xla_deps
 """
@@ -56,8 +58,10 @@ def run_file(test_dir: Path, name: str, env: dict, timeout: int, log_dir: Path) 
     """One pytest process on one file; the counts from its summary line."""
     # The file's own folder on the path, as ``python3 <file>`` (torch_xla's CI) has it:
     # spmd tests import their neighbour ``test_xla_sharding_base``.
-    env = {**env, "PYTHONPATH": os.pathsep.join([str((test_dir / name).parent), env["PYTHONPATH"]])}
+    paths = [str((test_dir / name).parent), str(Path(__file__).parent), env["PYTHONPATH"]]
+    env = {**env, "PYTHONPATH": os.pathsep.join(paths)}
     cmd = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"]
+    cmd += ["-p", "unittest_collection"]
     cmd += ["-q", "-rA", name]
     try:
         proc = subprocess.run(
