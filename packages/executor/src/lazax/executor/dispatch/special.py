@@ -17,7 +17,13 @@ Contract: ``SPECIAL`` maps aten overloads to handlers ``(args, kwargs) -> result
   ``LinAlgError`` raises there (in eager mode, at the call).
 - ``new_empty_strided``: ``torch.empty_strided`` on ``self``'s device, strides kept.
 - ``narrow`` reached whole (from torch kernels below autograd): the slice, a view.
-- ``native_batch_norm``: the functional form, with the running statistics written back.
+- ``native_batch_norm``: the functional form, with the running statistics written back;
+  ``_native_batch_norm_legit`` alike, ``_batch_norm_with_update`` (training) and
+  ``_batch_norm_no_update`` (evaluation) with the CPU kernel's empty uint8 reserve, and
+  ``batch_norm_backward`` as ``native_batch_norm_backward``.
+- ``polygamma_(self, n)``: ``polygamma(n, self)`` written into ``self`` (the in-place
+  form takes its arguments in the other order, so no functional overload matches it),
+  with torch's error for a result its dtype cannot hold.
 - AMP's and the fused optimizers' ops (``amp_ops``, ``fused_optim``), packing padded
   sequences (``packed_sequences``).
 ``write_outs`` puts results into ``out=`` tensors, resized as torch resizes them.
@@ -34,6 +40,7 @@ from lazax import ir
 from .. import metrics
 from ..barrier.checks import CHECKS
 from ..barrier.executor import EXECUTOR
+from ..ops._arguments import scalar_type_name
 from ..ops.manual import MANUAL
 from ..ops.pseudo import copy_to
 from ..state.dtypes import dtype_name
@@ -234,8 +241,53 @@ def _batch_norm_lazily(x, weight, bias, running_mean, running_var, training, mom
     return (out, mean, rstd), [running_mean, running_var]
 
 
+def _batch_norm_with_update_written(x, weight, bias, running_mean, running_var, momentum, eps):
+    # The training form torch.export and AOT traces call: running stats updated in place,
+    # and an empty uint8 "reserve" as the CPU kernel's fourth output.
+    args = (x, weight, bias, running_mean, running_var, True, momentum, eps)
+    outs, written = _batch_norm_lazily(*args)
+    reserve = torch.empty((0,), dtype=torch.uint8, device=x.device)
+    return [*outs, *written], (*outs, reserve)
+
+
+def _batch_norm_no_update_written(x, weight, bias, running_mean, running_var, momentum, eps):
+    # The evaluation form: the running statistics normalize, nothing is written, and the
+    # saved statistics are empty, as on the CPU.
+    outs = aten._native_batch_norm_legit_no_training(
+        x, weight, bias, running_mean, running_var, momentum, eps
+    )
+    reserve = torch.empty((0,), dtype=torch.uint8, device=x.device)
+    return list(outs), (*outs, reserve)
+
+
+def _batch_norm_backward(args, kwargs):
+    # batch_norm_backward (the backward of _batch_norm_with_update/_no_update) is the
+    # CPU kernel's native_batch_norm_backward with ``train = update``; the reserve is unused.
+    grad, x, weight, rmean, rvar, smean, svar, update, eps, mask = args[:10]
+    return aten.native_batch_norm_backward(
+        grad, x, weight, rmean, rvar, smean, svar, update, eps, mask
+    )
+
+
+def _polygamma_(args, kwargs):
+    self, n = args
+    result = aten.polygamma.default(n, self)
+    if not torch.can_cast(result.dtype, self.dtype):
+        raise RuntimeError(
+            f"result type {scalar_type_name(result.dtype)} can't be cast to the desired "
+            f"output type {scalar_type_name(self.dtype)}"
+        )
+    return self.copy_(result)
+
+
 SPECIAL = {
     aten.native_batch_norm.default: _native_batch_norm,
+    aten.polygamma_.default: _polygamma_,
+    # Same arguments as native_batch_norm, the same in-place update of the running stats.
+    aten._native_batch_norm_legit.default: _native_batch_norm,
+    aten._batch_norm_with_update.default: composed(_batch_norm_with_update_written),
+    aten._batch_norm_no_update.default: composed(_batch_norm_no_update_written),
+    aten.batch_norm_backward.default: _batch_norm_backward,
     aten.copy_.default: _copy_,
     aten._to_copy.default: _to_copy,
     aten._local_scalar_dense.default: _local_scalar_dense,

@@ -9,6 +9,8 @@ from . import (  # noqa: E402,F401
     antialias,  # _upsample_bilinear2d_aa / _upsample_bicubic2d_aa (+ backward)
     asserts,  # lazax::assert_async: torch's _assert_async as a checked op
     bags,  # _embedding_bag (nn.EmbeddingBag: sum, mean, max) + backward
+    batch_norms,  # _batch_norm_with_update_functional (traced graphs' training batch norm)
+    bessel,  # special_bessel_j0/j1/y0/y1, modified (scaled) i0/i1/k0/k1, spherical j0, airy
     collectives,  # torch's functional collectives, between the job's processes
     conv,  # convolution (+ transposed), reflection/replication padding, pixel shuffle
     core,  # copies, conversions, factories, view pseudo-ops
@@ -20,6 +22,7 @@ from . import (  # noqa: E402,F401
     fft,  # _fft_r2c, _fft_c2r, _fft_c2c (every torch.fft function, + gradients)
     floats,  # frexp, complex/polar (+ their out= dtype checks), mvlgamma
     foreach,  # the _foreach_* ops optimizers use
+    gamma_zeta,  # igamma/igammac, polygamma, special_zeta, special_erfcx
     histograms,  # histc (integer inputs too, as on CUDA)
     index_reduce,  # index_reduce (prod, mean, amax, amin; include_self both ways)
     indexing,  # cat/stack, index/index_put, gather/scatter, index_add/copy/fill, take
@@ -27,8 +30,11 @@ from . import (  # noqa: E402,F401
     linalg,  # mm, bmm, addmm, baddbmm, dot
     losses,  # nll, mse, binary cross entropy, smooth L1/Huber (+ backward)
     manual,  # manual sharding's ends and its all-reduce (lazax::manual_*)
+    masked,  # masked_scatter (+ backward), _unsafe_masked_index(_put_accumulate), put, max_unpool
     mathops,  # shifts, gcd/lcm, isin, block_diag, unsafe_split, narrow_copy, ...
+    medians,  # nanmedian (all and .dim), mode (torch's CPU tie-breaking)
     nn,  # softmax, layer/group/batch norm, embedding (+ backward)
+    polynomials,  # special_*_polynomial_*: Chebyshev (shifted), Hermite, Laguerre, Legendre
     pooling,  # max/avg/adaptive pooling, upsampling (+ backward)
     random,  # normal_, uniform_, bernoulli, random_
     reductions,  # sum, mean, max/min, argmax, var/std, prod, any/all
