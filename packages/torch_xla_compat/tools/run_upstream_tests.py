@@ -29,6 +29,7 @@ FILES = (
     "eager/test_eager.py",
     "eager/test_eager_with_xla_compile.py",
     "eager/test_eager_with_torch_compile.py",
+    "eager/test_eager_spmd.py",
     "test_metrics.py",
     "test_devices.py",
     "pjrt/test_metrics.py",
