@@ -27,19 +27,14 @@ import torch
 from jax import lax
 
 from . import _bessel_tables as T
-from ._promotion import compute_dtype, to_dtype
 from ._registry import lowering
+from .special import _float
 
 aten = torch.ops.aten
 
 _SQRT_2_OVER_PI = 0.797884560802865355879892119868763737
 _TWO_OVER_PI = 0.636619772367581343075535053490057448
 _PI_4, _3PI_4 = 0.785398163397448309615660845819875721, 2.356194490192344928846982537459627163
-
-
-def _float(x):
-    """``x`` in the dtype its float math runs in (ints promote; halves in float32)."""
-    return to_dtype(x, compute_dtype(x, floating=True))
 
 
 def _polevl(z, coefficients):

@@ -40,16 +40,11 @@ import jax.scipy.special as jsp
 import torch
 from jax import lax
 
-from ._promotion import cast_operands, compute_dtype, fit, to_dtype
+from ._promotion import cast_operands, fit, to_dtype
 from ._registry import lowering
-from .special import digamma
+from .special import _float, digamma
 
 aten = torch.ops.aten
-
-
-def _float(x):
-    """``x`` in the dtype its float math runs in (ints promote; halves in float32)."""
-    return to_dtype(x, compute_dtype(x, floating=True))
 
 
 def _binary_float(*xs):
