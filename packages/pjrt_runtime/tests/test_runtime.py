@@ -120,3 +120,12 @@ def test_an_uneven_split_is_held_padded():
     assert single.shape == (10, 3)
     np.testing.assert_array_equal(np.asarray(single), value)
     assert pjrt.padded(np.ones((3, 3)), split).shape == (4, 4)
+
+
+def test_stack_makes_one_buffer_of_rows_on_their_device():
+    rt = pjrt.runtime()
+    rows = [rt.to_device(np.full((2, 3), k, np.float32)) for k in range(4)]
+    stacked = rt.stack(rows)
+    assert stacked.shape == (4, 2, 3) and stacked.dtype == np.float32
+    assert stacked.sharding.device_set == rows[0].sharding.device_set
+    np.testing.assert_array_equal(rt.to_host(stacked)[:, 0, 0], [0, 1, 2, 3])

@@ -13,6 +13,8 @@ Contract (the narrow interface; a second implementation must stay possible):
 - ``zeros_like(buffer, dtype=None)``: a new buffer of zeros laid out as ``buffer`` (its
   shape, devices and sharding), of ``dtype`` (a name such as ``"bfloat16"``) or
   ``buffer``'s (asynchronous).
+- ``stack(buffers)``: a new buffer whose rows are ``buffers`` (one shape, dtype and
+  device), on their device (asynchronous).
 - ``to_host(buffer)``: device buffer -> numpy array (waits for the buffer);
   ``SplitAcrossProcessesError`` for a value split over several processes' devices
   (a replicated one reads back whole).
@@ -227,6 +229,11 @@ class PjrtRuntime(JobMethods):
     def zeros_like(self, buffer: jax.Array, dtype: Any = None) -> jax.Array:
         kind = buffer.dtype if dtype is None else numpy_dtype(dtype)
         return self._allocate(lambda: jnp.zeros(buffer.shape, kind, device=buffer.sharding))
+
+    def stack(self, buffers: Sequence[jax.Array]) -> jax.Array:
+        """One new buffer holding ``buffers`` (of one shape and dtype, on one device) as
+        its rows, on that device (asynchronous)."""
+        return self._allocate(lambda: jnp.stack(buffers))
 
     def adopt(self, buffer: jax.Array) -> jax.Array:
         if not isinstance(buffer, jax.Array):

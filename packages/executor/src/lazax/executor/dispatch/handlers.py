@@ -19,6 +19,7 @@ from ..ops import get_lowering
 from ..tensor.lazy import LazyTensor
 from ..tensor.transfer import to_cpu
 from .fallback import fallback
+from .foreach_rows import over_rows, stacks_rows
 from .optimizer_state import state_scalar_zero, state_zeros
 from .out_checks import checked_out
 from .plans import FUNCTIONAL, INPLACE, VIEW, OpPlan
@@ -177,6 +178,8 @@ def make_handler(func):
         return state_zeros(handler)
     if func is aten.zero_.default:
         return state_scalar_zero(handler)
+    if stacks_rows(func):
+        return over_rows(func, handler)
     return handler
 
 

@@ -29,6 +29,12 @@ Fused and capturable Adam (and the others with those flags) count their steps in
 0-dim tensor on the device, made by ``torch.zeros((), device=p.device)``: ``empty``
 then ``zero_``. A 0-dim tensor (not a view) zeroed while an optimizer steps is given an
 uploaded zero as its value, an input of the graph as its later values are.
+
+``zeros_like`` of a row of a stacked storage of device data (``foreach_rows.row_of``:
+the parameters of ``lx.scan_layers``' layers) is a row of stacked zeros made on the
+device: the ``k``-th zeros a row asks for in one step is a row of its storage's ``k``-th
+stacked zeros, so each kind of state (Adam's two moments, SGD's momentum) of every row is
+one stacked storage, which the optimizer's foreach ops update at once.
 """
 
 from __future__ import annotations
@@ -47,8 +53,11 @@ from ..state.dtypes import dtype_name
 from ..state.layout import Layout
 from ..tensor.lazy import LazyTensor, new_tensor
 from ..tensor.transfer import from_cpu
+from .foreach_rows import row_of, whole_of
 
 __all__ = ["register_optimizer_hooks", "state_scalar_zero", "state_zeros"]
+
+aten = torch.ops.aten
 
 # id(optimizer) -> ids of its parameters, while its step() runs.
 _STEPPING: dict[int, frozenset[int]] = {}
@@ -59,6 +68,8 @@ def _before_step(optimizer, args, kwargs) -> None:
     _STEPPING[id(optimizer)] = frozenset(
         id(p) for group in optimizer.param_groups for p in group["params"]
     )
+    _ROW_ZEROS.clear()
+    _ROW_TAKEN.clear()
     closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
     if type(optimizer) is torch.optim.SGD and closure is None:
         _zero_momentum_buffers(optimizer)
@@ -81,6 +92,8 @@ def _zero_momentum_buffers(optimizer) -> None:
 
 def _after_step(optimizer, args, kwargs) -> None:
     _STEPPING.pop(id(optimizer), None)
+    _ROW_ZEROS.clear()
+    _ROW_TAKEN.clear()
 
 
 def register_optimizer_hooks() -> None:
@@ -106,11 +119,20 @@ def _made_on_device(args, kwargs) -> LazyTensor | None:
     return _zeros_laid_out_as(p, kwargs.get("dtype") or p.dtype)
 
 
+# (id of a stacked storage, dtype name) -> the stacked zeros made for its rows in this
+# step, in the order asked; (id of the storage, row) -> how many of them the row took.
+_ROW_ZEROS: dict = {}
+_ROW_TAKEN: dict = {}
+
+
 def _zeros_laid_out_as(p, dtype) -> LazyTensor | None:
     """Zeros of ``p``'s shape and ``dtype``, made now on ``p``'s devices with its
-    sharding; None where ``p`` is not the whole of a storage that holds device data."""
-    if type(p) is not LazyTensor or p._lz_view is not None or EXECUTOR.capture_guard is not None:
+    sharding; None where ``p`` is not the whole of a storage that holds device data,
+    or a row of one (``_row_of_zeros``)."""
+    if type(p) is not LazyTensor or EXECUTOR.capture_guard is not None:
         return None
+    if p._lz_view is not None:
+        return _row_of_zeros(p, dtype)
     storage = p._lz_storage
     if storage.pending or p._lz_key != Layout(tuple(p.shape), p.dtype).mkey:
         return None
@@ -119,6 +141,27 @@ def _zeros_laid_out_as(p, dtype) -> LazyTensor | None:
     metrics.bump("CreateDataHandles")
     spec = ir.TensorSpec(tuple(p.shape), name)
     return new_tensor(ir.device_data(spec, buffer), Layout(spec.shape, dtype), storage.device_index)
+
+
+def _row_of_zeros(p, dtype) -> LazyTensor | None:
+    """For row ``i`` of a stacked storage of device data (``foreach_rows.row_of``): row
+    ``i`` of stacked zeros made now on its device. The ``k``-th zeros a row asks for in
+    one optimizer step is a row of the ``k``-th stacked zeros of its storage (Adam's
+    ``exp_avg`` then ``exp_avg_sq``), so the state of every row is one stacked storage
+    per kind, and the optimizer's foreach updates it once (``foreach_rows``)."""
+    row = row_of(p)
+    if row is None or row[0].pending:
+        return None
+    storage, index, _ = row
+    taken = _ROW_TAKEN.get((id(storage), index), 0)
+    made = _ROW_ZEROS.setdefault((id(storage), dtype_name(dtype)), [])
+    if taken == len(made):
+        whole = _zeros_laid_out_as(whole_of(storage, p.dtype), dtype)
+        if whole is None:
+            return None
+        made.append(whole)
+    _ROW_TAKEN[(id(storage), index)] = taken + 1
+    return aten.select.int(made[taken], 0, index)
 
 
 def state_zeros(handler):

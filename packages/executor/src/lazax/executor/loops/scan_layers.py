@@ -10,10 +10,14 @@ Contract of ``scan_layers(layers, x, *args, checkpoint=False, **kwargs)``:
   layers' stacked parameters and buffers: the program holds one layer's code whatever
   the depth, and its backward (``jax.vjp`` of the scan) is a loop too. Gradients reach
   every layer's own ``Parameter`` through the stacking; nothing is renamed, so the
-  optimizer, ``state_dict`` and checkpoints see the usual parameters. Layer ``i``'s
-  gradient is the stacked gradient's row at an index the program reads at run time
-  (``_StackLayers``), so what consumes it (the optimizer's update) is the same
-  computation for every layer, compiled once. On CPU tensors it is the plain loop.
+  optimizer, ``state_dict`` and checkpoints see the usual parameters. The layers'
+  parameters and buffers become the rows of one stacked tensor per name, made on the
+  device at the first call (``stacking``): the loop reads that tensor, each layer's
+  gradient is a row of the stacked gradient, an optimizer's state made during its
+  step is rows too, and its foreach ops run once per stacked tensor, so a training
+  step's program does not grow with depth. Tensors that cannot move (pending or sharded
+  ones) are stacked by an op of the program instead. On CPU tensors it is the plain
+  loop.
 - ``checkpoint=True`` wraps each step in ``jax.checkpoint``: the backward recomputes
   each layer's forward from its input instead of keeping its activations.
 - The layers must be structurally identical: the same module type, parameter and buffer
@@ -45,6 +49,7 @@ from ..interop.calls import call_jax
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor
 from .functions import as_tensor, body_of, refusing
+from .stacking import stack_layers
 from .structure import first_difference, placeholders
 
 __all__ = ["Loop", "prepare_loop", "scan_layers"]
@@ -186,49 +191,9 @@ def prepare_loop(layers: list, x, args: tuple, kwargs: dict, checkpoint: bool, c
     names = list(stand_ins)
     del graphs, stand_ins, x_in, leaves_in, args_in, kwargs_in, values, by_leaf, tensors_in
     states = [dict(layer.named_parameters()) | dict(layer.named_buffers()) for layer in layers]
-    params = [_StackLayers.apply(*[state[name] for state in states]) for name in names]
+    params = [stack_layers([state[name] for state in states]) for name in names]
     extras = [t for t in leaves if isinstance(t, torch.Tensor)]
     return Loop(scan, params, extras, per_layer, shared, output)
-
-
-def _rows(stacked, indices):
-    """The rows of ``stacked`` at ``indices`` (0-dim arrays: read at run time)."""
-    return [jax.lax.dynamic_index_in_dim(stacked, i, 0, keepdims=False) for i in indices]
-
-
-_INDICES: dict = {}  # (device, i) -> a 0-dim int32 tensor holding i, on that device
-
-
-def _index(device: torch.device, i: int) -> torch.Tensor:
-    found = _INDICES.get((device, i))
-    if found is None:
-        found = _INDICES[(device, i)] = torch.tensor(i, dtype=torch.int32).to(device)
-    return found
-
-
-class _StackLayers(torch.autograd.Function):
-    """``torch.stack`` of one parameter (or buffer) of every layer, whose backward gives
-    layer ``i`` the row of the stacked gradient at an index the program reads at run
-    time (a 0-dim device tensor holding ``i``) instead of a slice at a fixed offset.
-
-    Why: XLA's CPU compiler emits one kernel for identical fused computations, and a
-    constant offset made each layer's gradient row, and everything fused with it (the
-    optimizer's update of that parameter), a kernel of its own: 24 layers of 12
-    parameters compiled ~280 kernels more than 2 layers. With the index an input, every
-    layer's update is the same kernel."""
-
-    @staticmethod
-    def forward(ctx, *tensors):
-        ctx.device = tensors[0].device
-        return torch.stack(tensors)
-
-    @staticmethod
-    def backward(ctx, grad):
-        # One node for every layer's row: a node per layer cost a call per parameter
-        # and layer on every step's trace.
-        wanted = [i for i, needed in enumerate(ctx.needs_input_grad) if needed]
-        rows = iter(call_jax(_rows, grad, [_index(ctx.device, i) for i in wanted]))
-        return tuple(next(rows) if needed else None for needed in ctx.needs_input_grad)
 
 
 def scan_layers(layers, x: torch.Tensor, *args, checkpoint: bool = False, **kwargs):
