@@ -216,6 +216,23 @@ class MLPStack(torch.nn.Module):
         return x
 
 
+@pytest.mark.parametrize("mode", ["lazy", "eager", "compile", "dynamo"])
+def test_adamw_trains_scanned_blocks_as_the_cpu_in_every_mode(mode):
+    torch.manual_seed(0)
+    reference = MLPStack(3)
+    model = copy.deepcopy(reference).to(DEV)
+    model.scan = True
+    data = _data(4)
+    expected = train_in_mode(
+        reference, data, "lazy", torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    got = train_in_mode(model, data, mode, opt, DEV)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    for (name, p_ref), p in zip(reference.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-4, atol=1e-5, msg=name)
+
+
 def _adamw_steps(model, opt, data, device=None) -> list[float]:
     losses = []
     for x, y in data:

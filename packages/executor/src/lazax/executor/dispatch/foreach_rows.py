@@ -121,6 +121,8 @@ def over_rows(func, handler):
         if len(args) <= max(tensor_lists + scalar_lists) or len(args[tensor_lists[0]]) < 2:
             return handler(args, kwargs)
         lists = [args[j] for j in tensor_lists]
+        if not any(getattr(t, "_lz_view", None) is not None for t in lists[0]):
+            return handler(args, kwargs)  # no row at all: the common case, kept cheap
         if any(len(items) != len(lists[0]) for items in lists):
             return handler(args, kwargs)  # (the op's own error)
         groups = _complete_groups(lists, [args[j] for j in scalar_lists])
