@@ -1,5 +1,7 @@
 """lazax.modes: the public front-end (device, sync, metrics)."""
 
+import gc
+
 import pytest
 import torch
 
@@ -79,6 +81,30 @@ def test_traced_op_counts_count_eager_ops_too():
         lx.metrics.clear_all()
         torch.exp(x)
         assert lx.metrics.traced_op_counts() == {"aten::exp": 1}
+
+
+def test_each_op_on_a_lazax_tensor_is_one_lazy_tracing_sample():
+    x = torch.ones(4).to(lx.device())
+    lx.sync()
+    lx.metrics.clear_all()
+    y = (x * 2.0).exp()
+    count, total, samples = lx.metrics.metric_data("LazyTracing")
+    assert count == 2 and len(samples) == 2 and total > 0
+    assert lx.metrics.metric_unit("LazyTracing") == "seconds"
+    del y
+
+
+def test_tensors_made_and_freed_are_counted():
+    gc.collect()
+    lx.metrics.clear_all()
+    x = torch.tensor(2.0, device=lx.device())  # one tensor, as torch_xla counts it
+    assert lx.metrics.counter_value("CreateXlaTensor") == 1
+    y = x + 1
+    del y
+    gc.collect()
+    assert lx.metrics.counter_value("CreateXlaTensor") == 2
+    assert lx.metrics.counter_value("DestroyXlaTensor") == 1
+    del x
 
 
 def test_holds_device_data_is_false_while_pending_and_true_once_synced():

@@ -59,6 +59,30 @@ def test_mark_step_counter_and_own_counters_are_reported_and_cleared():
     assert met.counter_value("MyCounter") is None and met.counter_value("MarkStep") is None
 
 
+def test_bumping_a_counter_lazax_keeps_adds_to_its_count():
+    met.clear_all()
+    kept = [torch.ones(2, device=torch_xla.device()) for _ in range(2)]
+    made = met.counter_value("CreateXlaTensor")
+    assert made >= 2
+    xlac._xla_increment_counter("CreateXlaTensor", 5)
+    assert met.counter_value("CreateXlaTensor") == made + 5
+    assert met.counter_names().count("CreateXlaTensor") == 1
+    report = met.metrics_report()
+    assert report.count("Counter: CreateXlaTensor\n") == 1
+    assert f"Counter: CreateXlaTensor\n  Value: {made + 5}\n" in report
+    del kept
+
+
+def test_each_traced_op_is_a_lazy_tracing_sample_in_nanoseconds():
+    t = torch.ones(3, device=torch_xla.device())
+    met.clear_all()
+    u = (t + 1) * 2
+    count, total, samples = met.metric_data("LazyTracing")
+    assert count == 2 and total == pytest.approx(sum(samples)) and total > 0
+    assert "LazyTracing" in met.metric_names()
+    del u
+
+
 def test_per_op_counters_count_traced_ops_under_xla_names():
     t = torch.tensor(100, device=torch_xla.device())
     met.clear_all()

@@ -14,8 +14,11 @@ reuse an input's buffer). Counters beside the compile and execute ones:
 ``CreateCompileHandles`` (executables compiled), ``CreateDataHandles`` (device buffers
 made by transfers and executions), ``ScalarReads`` (``.item()``, ``bool(t)`` and other
 reads of one element to the host: each a sync), ``CreateOpSharding`` (distinct
-layouts given to ``mark_sharding``); ``ExecuteReplicatedTime`` times the runs of
-programs over a mesh (SPMD) a second time. These carry torch_xla's names for the
+layouts given to ``mark_sharding``), ``CreateXlaTensor`` / ``DestroyXlaTensor``
+(lazax tensors made and freed); ``ExecuteReplicatedTime`` times the runs of
+programs over a mesh (SPMD) a second time, ``LazyTracing`` each op's time in lazax's
+dispatch (tracing it; in eager mode, running it too; an op a handler dispatches in
+turn is a sample of its own, inside its caller's). These carry torch_xla's names for the
 same facts, as ``CompileTime`` and ``TransferToDeviceTime`` do.
 ``traced_op_counts()``: how many times each op (``aten::add``, an in-place op under its
 functional name, no overload) was traced onto a lazax tensor, eager ops included; ops

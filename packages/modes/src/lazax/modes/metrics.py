@@ -9,7 +9,10 @@
 ``InboundData`` (bytes per transfer to / from the device), ``InputOutputAliasCount``
 (donated inputs per compiled program), ``CreateCompileHandles`` /
 ``CreateDataHandles`` (executables and device buffers made), ``ScalarReads`` (host
-reads of one element: ``.item()``, ``if t:``). ``metric_unit(name)``: "seconds", "bytes" or "count".
+reads of one element: ``.item()``, ``if t:``), ``LazyTracing`` (the time of each op on a
+lazax tensor in lazax's dispatch: tracing it, and in eager mode running it),
+``CreateXlaTensor`` / ``DestroyXlaTensor`` (lazax tensors made and freed: the
+difference is how many are alive). ``metric_unit(name)``: "seconds", "bytes" or "count".
 ``recompile_reports()``: why each recent recompile happened (a graph name or code
 location compiling a graph again), e.g. "input 0 shape changed from (8, 128) to
 (8, 96) at train.py:42 (in step)"; ``LAZAX_DEBUG_RECOMPILES=1`` prints them as they

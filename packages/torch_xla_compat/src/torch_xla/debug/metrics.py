@@ -20,7 +20,9 @@ lazax: both are reported, the counter being the metric's count of samples.
 transfers in one timed step). ``InboundData`` / ``OutboundData`` (bytes of each
 transfer), ``InputOutputAliasCount`` (donated inputs per compiled program),
 ``CreateCompileHandles`` and ``CreateDataHandles`` (executables and device buffers
-made) are lazax's own, under torch_xla's names. A host read of one element
+made), ``CreateXlaTensor`` / ``DestroyXlaTensor`` (lazax tensors made and freed) and
+``LazyTracing`` (each op's time in lazax's dispatch) are lazax's own, under torch_xla's
+names. A host read of one element
 (``.item()``, ``if t:``) counts as ``aten::_local_scalar_dense``, a CPU fallback in
 torch_xla, where its users look for it. Batch norm counts as ``xla::native_batch_norm``,
 torch_xla's lowering of every ``_native_batch_norm_legit*`` op lazax traces.
@@ -93,13 +95,10 @@ def _event_counters() -> dict[str, int]:
 def counter_names() -> list[str]:
     names = [n for n in _metrics.counter_names() if "::" not in n]
     names += list(_fallback_counters()) + list(_op_counters()) + list(_event_counters())
-    return names + _counters.names()
+    return names + [n for n in _counters.names() if n not in names]
 
 
-def counter_value(name: str) -> int | None:
-    own = _counters.value(name)
-    if own is not None:
-        return own
+def _lazax_counter(name: str) -> int | None:
     if name.startswith("xla::"):
         return _op_counters().get(name)
     if name in _TIMED_EVENTS:
@@ -107,6 +106,14 @@ def counter_value(name: str) -> int | None:
     if name == _SCALAR_READ:
         return _fallback_counters().get(name)
     return _metrics.counter_value(name)
+
+
+def counter_value(name: str) -> int | None:
+    """lazax's count, plus what ``_xla_increment_counter`` added to that name."""
+    own, counted = _counters.value(name), _lazax_counter(name)
+    if own is None:
+        return counted
+    return own + (counted or 0)
 
 
 # torch_xla times a CPU tensor's conversion to device data (``TensorToData``) around
@@ -131,12 +138,13 @@ def metric_data(name: str):
     return count, total * 1e9, [s * 1e9 for s in samples]
 
 
-def _own_counters() -> str:
+def _own_counters(lazax: set) -> str:
+    """The counters lazax's report lacks; ``lazax``: the names it has."""
     counts = {**_op_counters(), **_event_counters()}
     reads = _fallback_counters().get(_SCALAR_READ)
     if reads is not None:  # lazax's own report lists the other fallbacks
         counts[_SCALAR_READ] = reads
-    counts.update({n: _counters.value(n) for n in _counters.names()})
+    counts.update({n: _counters.value(n) for n in _counters.names() if n not in lazax})
     return "".join(f"Counter: {n}\n  Value: {v}\n" for n, v in counts.items())
 
 
@@ -152,7 +160,12 @@ def _same_samples(report: str) -> str:
 
 def metrics_report() -> str:
     report = _metrics.metrics_report()
-    return report + _same_samples(report) + _own_counters()
+    lazax = set(_metrics.counter_names())
+    for name in _counters.names():  # a script's bumps of a counter lazax keeps too
+        if name in lazax:
+            old = f"Counter: {name}\n  Value: {_metrics.counter_value(name)}\n"
+            report = report.replace(old, f"Counter: {name}\n  Value: {counter_value(name)}\n")
+    return report + _same_samples(report) + _own_counters(lazax)
 
 
 # torch_xla's default short report: its step-level times and counters.

@@ -6,14 +6,18 @@ copies, transfers, reads, and what the hooks register), an ``OpPlan`` run by
 write back; ``out=`` overloads run it and copy into ``out``), else, for a composite op
 that reached lazax below autograd while a body is traced, torch's own decomposition,
 else the CPU fallback.
-Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``).
+Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``). Each op's time in
+its handler is one sample of the ``LazyTracing`` metric (torch_xla's name).
 """
 
 from __future__ import annotations
 
+from time import perf_counter
+
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .. import metrics
 from ..barrier.executor import EXECUTOR
 from ..ops import get_lowering
 from ..tensor.lazy import LazyTensor
@@ -173,7 +177,7 @@ def make_handler(func):
     if func._schema.name in _CPU_INDICES_OK:
         return _upload_indices(handler)
     if func in (aten.lift_fresh.default, aten.lift_fresh_copy.default):
-        return _fake_when_faking(handler)
+        return _fake_when_faking(handler, func is aten.lift_fresh.default)
     if func is aten.zeros_like.default:
         return state_zeros(handler)
     if func is aten.zero_.default:
@@ -183,7 +187,7 @@ def make_handler(func):
     return handler
 
 
-def _fake_when_faking(handler):
+def _fake_when_faking(handler, lifts_itself: bool):
     """``torch.tensor(data, device="lazax")`` while dynamo or AOTAutograd trace a function
     that makes a constant tensor: torch builds the data below the tracing modes, so they
     meet a real lazax tensor in ``lift_fresh`` (``lift_fresh_copy`` under make_fx), refuse
@@ -194,6 +198,8 @@ def _fake_when_faking(handler):
 
     def run(args, kwargs):
         if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
+            if lifts_itself:  # torch's kernel returns the tensor itself: no new tensor
+                return args[0]
             return handler(args, kwargs)
         t = args[0]
         with _disable_current_modes():
@@ -303,6 +309,11 @@ _acquire = EXECUTOR.sync_lock.acquire
 
 _release = EXECUTOR.sync_lock.release
 
+_record = metrics.record
+
+
+_clock = perf_counter
+
 
 def dispatch(cls, func, types, args=(), kwargs=None):
     # Keyed by id: OpOverload.__hash__ is Python code, and overloads live forever.
@@ -310,9 +321,13 @@ def dispatch(cls, func, types, args=(), kwargs=None):
     if handler is None:
         handler = _HANDLERS[id(func)] = make_handler(func)
     _acquire()
+    start = _clock()
     try:
         return handler(args, kwargs or {})
     finally:
+        # torch_xla's name for the time an op spends being traced; an eager op's run
+        # and an op that the handler dispatches in turn are included (nested samples).
+        _record("LazyTracing", _clock() - start)
         _release()
 
 

@@ -9,7 +9,9 @@ Contract:
   contiguous.
 - ``holds_device_data(t)``: its storage holds a device buffer, not pending IR.
 - ``new_tensor``, ``new_alias``, ``rebind`` and ``attach`` make and point tensors;
-  ``resize_to`` and ``set_metadata`` change torch's metadata of one.
+  ``resize_to`` and ``set_metadata`` change torch's metadata of one. Each tensor made
+  counts ``CreateXlaTensor``, each one freed ``DestroyXlaTensor`` (torch_xla's names:
+  the difference is how many are alive).
 Reads to the host (``repr``, ``tolist``, ``numpy``) are given by ``transfer``.
 DLPack (``__dlpack__``, ``__dlpack_device__``) exports the tensor's buffer as jax
 exports it (syncing what is pending): where the platform can export it (CPU, CUDA) the
@@ -25,6 +27,7 @@ import torch
 
 from lazax import ir
 
+from .. import metrics
 from ..config import DEVICE_NAME
 from ..ops.pseudo import contiguous_strides, view_gather
 from ..state.layout import Layout, layout_over
@@ -48,6 +51,12 @@ class LazyTensor(torch.Tensor):
     """A tensor on a lazax device. Created by lazax, never directly by users."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
+    _lz_storage = None  # (a carrier of torch metadata only, ``set_metadata``, has none)
+
+    def __del__(self) -> None:
+        # Counted as ``CreateXlaTensor`` when made: live tensors are the difference.
+        if self._lz_storage is not None and _bump is not None:  # (None at shutdown)
+            _bump("DestroyXlaTensor")
 
     def __repr__(self, *, tensor_contents=None) -> str:
         cpu = to_cpu(self)
@@ -132,10 +141,13 @@ _TENSOR_DATA = torch._C.TensorBase.data
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 
+_bump = metrics.bump
+
 
 def new_tensor(value: ir.Value, layout: Layout, device_index: int = 0) -> LazyTensor:
     """A fresh (non-view) tensor whose storage holds ``value``."""
     t = _make_wrapper(LazyTensor, layout.shape, dtype=layout.dtype, device=_DEVICES[device_index])
+    _bump("CreateXlaTensor")
     t._lz_storage = Storage(value, device_index)
     t._lz_view = None
     t._lz_value = None
@@ -167,6 +179,7 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
             device=_DEVICES[storage.device_index],
             requires_grad=False,
         )
+    _bump("CreateXlaTensor")
     attach(t, value, layout, storage)
     return t
 
