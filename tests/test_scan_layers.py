@@ -248,6 +248,23 @@ def _adamw_steps(model, opt, data, device=None) -> list[float]:
     return losses
 
 
+def test_scanned_layers_run_under_inference_mode_and_train_after():
+    """Under torch.inference_mode the parameters stay where they are (an inference
+    tensor cannot become a parameter's data); training afterwards stacks them."""
+    torch.manual_seed(0)
+    reference = MLPStack(3)
+    model = copy.deepcopy(reference).to(DEV)
+    model.scan = True
+    x = torch.randn(2, SEQ, WIDTH)
+    with torch.inference_mode():
+        got = model(x.to(DEV)).cpu()
+    torch.testing.assert_close(got, reference(x).detach(), rtol=1e-5, atol=1e-6)
+    data = _data(2)
+    expected = _adamw_steps(reference, torch.optim.AdamW(reference.parameters(), lr=1e-2), data)
+    got = _adamw_steps(model, torch.optim.AdamW(model.parameters(), lr=1e-2), data, DEV)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_adamw_trains_scanned_layers_as_the_cpu_and_resumes_from_a_checkpoint(tmp_path):
     """AdamW over a scanned stack, whose parameters, gradients and moments are rows of
     stacked tensors: one compile, values as the unrolled loop's on the CPU, the same

@@ -241,16 +241,13 @@ def _make_handler(func):
         if view is not None:  # unsqueeze_copy: the view, copied out (functionalized code)
             return _copied(_make_handler(view))
         if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
-            # Reached below autograd, where torch does not decompose it. While a loop
-            # or branch body (a higher-order operator's) is traced, nothing may run on
-            # the CPU: torch's own decomposition, into ops lazax lowers. Elsewhere the
-            # CPU fallback, as for any op without a rule.
-            def decompose_when_tracing(args, kwargs):
-                if EXECUTOR.capture_guard is not None:
-                    return func.decompose(*args, **kwargs)
-                return fallback(func, args, kwargs)
-
-            return decompose_when_tracing
+            # Reached below autograd, where torch did not decompose it: under
+            # torch.inference_mode (which skips the autograd keys: linear, layer_norm,
+            # .cpu()'s aten::to all arrive here), or while a loop or branch body is
+            # traced. torch's own decomposition, as the autograd key would have run it,
+            # into ops lazax lowers: the CPU fallback would run the whole op on the
+            # host, and bring .cpu()'s result back to the device.
+            return lambda args, kwargs: func.decompose(*args, **kwargs)
         return lambda args, kwargs: fallback(func, args, kwargs)
     plan = OpPlan(func, func.name(), VIEW if _is_view(func) else FUNCTIONAL, rule.random)
     return lambda args, kwargs: run_plan(plan, args, kwargs)

@@ -10,8 +10,9 @@ layer's own tensor.
   stacked gradient (views of it).
 - Otherwise, the layers' tensors are moved into one stacked storage first when they
   can be (``rehome``): every tensor a leaf (a parameter, or a buffer) that is the whole
-  of a storage holding device data on one device, unsharded, no two of them alike, and
-  no graph being captured for replay. The stack is made at once on the device; each
+  of a storage holding device data on one device, unsharded, no two of them alike, no
+  graph being captured for replay, and not under ``torch.inference_mode`` (whose tensors
+  cannot become a parameter's data). The stack is made at once on the device; each
   tensor stays the same object (the optimizer, ``state_dict`` and checkpoints see it as
   before), its ``.data`` now row ``i`` of the stack. A tensor that aliased one of them
   without being a view of it (a ``detach()`` kept from before, or what an earlier
@@ -86,6 +87,8 @@ def rehome(tensors: list) -> bool:
     made now on the device, each becoming its row; False (nothing moved) where they
     cannot be."""
     if EXECUTOR.capture_guard is not None or len(tensors) < 2:
+        return False
+    if torch.is_inference_mode_enabled():  # its tensors cannot become a Parameter's data
         return False
     if not all(_movable(t) for t in tensors):
         return False
