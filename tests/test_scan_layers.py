@@ -265,6 +265,47 @@ def test_scanned_layers_run_under_inference_mode_and_train_after():
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
+class _TwoKindsOfState(torch.optim.Optimizer):
+    """Asks, per parameter and step, for zeros of another dtype, then of its own."""
+
+    def __init__(self, params):
+        super().__init__(params, {})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["wide"] = torch.zeros_like(p, dtype=torch.float64)
+                    state["same"] = torch.zeros_like(p)
+                state["wide"].add_(p.grad.double())
+                state["same"].add_(p.grad)
+                p.sub_(0.1 * state["same"])
+
+
+def test_optimizer_state_of_two_dtypes_per_row_is_made_right():
+    torch.manual_seed(0)
+    reference = MLPStack(3)
+    model = copy.deepcopy(reference).to(DEV)
+    model.scan = True
+    opts = [_TwoKindsOfState(m.parameters()) for m in (reference, model)]
+    for x, y in _data(2):
+        for m, opt, dev in ((reference, opts[0], None), (model, opts[1], DEV)):
+            if dev is not None:
+                x, y = x.to(dev), y.to(dev)
+            opt.zero_grad()
+            F.mse_loss(m(x), y).backward()
+            opt.step()
+        lx.sync()
+    for p_ref, p in zip(reference.parameters(), model.parameters()):
+        expected, got = opts[0].state[p_ref], opts[1].state[p]
+        assert got["wide"].dtype == torch.float64 and got["same"].dtype == p.dtype
+        torch.testing.assert_close(got["wide"].cpu(), expected["wide"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got["same"].cpu(), expected["same"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), rtol=1e-5, atol=1e-6)
+
+
 def test_adamw_trains_scanned_layers_as_the_cpu_and_resumes_from_a_checkpoint(tmp_path):
     """AdamW over a scanned stack, whose parameters, gradients and moments are rows of
     stacked tensors: one compile, values as the unrolled loop's on the CPU, the same

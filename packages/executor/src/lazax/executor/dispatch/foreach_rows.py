@@ -5,10 +5,10 @@ overload, wrapped. Where the tensors at some positions of the op's lists are, in
 list argument, the rows ``0 .. n-1`` in that order (``base[i]`` of a contiguous
 ``(n, *shape)`` storage, the same row index in every list) of one storage per list,
 those positions become one item of the op: the whole storage (the values of a
-``Scalar[]`` argument there must be equal, and become one). An in-place op then writes the storages,
-which the rows read; an out-of-place op's results at those positions are the rows of its
-result for the storage. The values are those of the op row by row: the math is
-elementwise, the same on a row as on the stack. Everything else runs item by item as
+``Scalar[]`` argument there must be equal, and become one). An in-place op then writes
+the storages, which the rows read; an out-of-place op's results at those positions are
+the rows of its result for the storage. The values are those of the op row by row: the
+math is elementwise, the same on a row as on the stack. Everything else runs item by item as
 before: rows that do not cover their storage or come out of order, rows at different
 indices in different lists, scalars that differ between the rows, arguments passed by
 keyword, and ops whose items are not elementwise (``_foreach_norm``, ``_foreach_max``,
@@ -37,8 +37,10 @@ __all__ = ["over_rows", "row_of", "stacks_rows", "whole_of"]
 
 aten = torch.ops.aten
 
-# Ops whose items are not elementwise, or that take per-item scalars in one tensor.
-_NOT_ROWWISE = ("_foreach_norm", "_foreach_max", "_foreach_addcmul", "_foreach_addcdiv")
+# Ops whose items are reductions, and ops whose .Tensor overloads take one scalar per
+# item in a tensor.
+_REDUCTIONS = ("_foreach_norm", "_foreach_max")
+_SCALARS_IN_A_TENSOR = ("_foreach_addcmul", "_foreach_addcdiv")
 
 
 def stacks_rows(func) -> bool:
@@ -46,9 +48,9 @@ def stacks_rows(func) -> bool:
     name = func._schema.name.removeprefix("aten::").rstrip("_")
     if not name.startswith("_foreach_"):
         return False
-    if name in _NOT_ROWWISE[:2]:
+    if name in _REDUCTIONS:
         return False
-    if name in _NOT_ROWWISE[2:] and func._overloadname.startswith("Tensor"):
+    if name in _SCALARS_IN_A_TENSOR and func._overloadname.startswith("Tensor"):
         return False
     return any(_is_list(a, "Tensor") for a in func._schema.arguments)
 

@@ -4,8 +4,10 @@ Contract: the op's handler is built once per overload: a special rule (``special
 copies, transfers, reads, and what the hooks register), an ``OpPlan`` run by
 ``run.run_plan`` when a lowering exists (in-place ops use their functional rule and
 write back; ``out=`` overloads run it and copy into ``out``), else, for a composite op
-that reached lazax below autograd while a body is traced, torch's own decomposition,
-else the CPU fallback.
+that reached lazax below autograd (under ``torch.inference_mode``, or while a body is
+traced), torch's own decomposition, else the CPU fallback. Elementwise ``_foreach_*``
+ops run once per stacked storage where their lists cover one row by row
+(``foreach_rows``).
 Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``). Each op's time in
 its handler is one sample of the ``LazyTracing`` metric (torch_xla's name).
 """
@@ -307,7 +309,6 @@ _acquire = EXECUTOR.sync_lock.acquire
 _release = EXECUTOR.sync_lock.release
 
 _record = metrics.record
-
 
 _clock = perf_counter
 

@@ -120,7 +120,8 @@ def _made_on_device(args, kwargs) -> LazyTensor | None:
 
 
 # (id of a stacked storage, dtype name) -> the stacked zeros made for its rows in this
-# step, in the order asked; (id of the storage, row) -> how many of them the row took.
+# step, in the order asked; (id of the storage, dtype name, row) -> how many of them the
+# row took.
 _ROW_ZEROS: dict = {}
 _ROW_TAKEN: dict = {}
 
@@ -145,22 +146,23 @@ def _zeros_laid_out_as(p, dtype) -> LazyTensor | None:
 
 def _row_of_zeros(p, dtype) -> LazyTensor | None:
     """For row ``i`` of a stacked storage of device data (``foreach_rows.row_of``): row
-    ``i`` of stacked zeros made now on its device. The ``k``-th zeros a row asks for in
-    one optimizer step is a row of the ``k``-th stacked zeros of its storage (Adam's
+    ``i`` of stacked zeros made now on its device. The ``k``-th zeros of one dtype a row
+    asks for in one optimizer step is a row of the ``k``-th such stacked zeros (Adam's
     ``exp_avg`` then ``exp_avg_sq``), so the state of every row is one stacked storage
     per kind, and the optimizer's foreach updates it once (``foreach_rows``)."""
     row = row_of(p)
     if row is None or row[0].pending:
         return None
     storage, index, _ = row
-    taken = _ROW_TAKEN.get((id(storage), index), 0)
-    made = _ROW_ZEROS.setdefault((id(storage), dtype_name(dtype)), [])
+    kind = (id(storage), dtype_name(dtype))
+    taken = _ROW_TAKEN.get((*kind, index), 0)
+    made = _ROW_ZEROS.setdefault(kind, [])
     if taken == len(made):
         whole = _zeros_laid_out_as(whole_of(storage, p.dtype), dtype)
         if whole is None:
             return None
         made.append(whole)
-    _ROW_TAKEN[(id(storage), index)] = taken + 1
+    _ROW_TAKEN[(*kind, index)] = taken + 1
     return aten.select.int(made[taken], 0, index)
 
 
