@@ -65,6 +65,10 @@ Contract (the narrow interface; a second implementation must stay possible):
 - ``wait(buffers)``: block until they are ready (re-raising their error, if any).
   ``wait_all()``: block until every buffer this runtime handed out that is still alive
   is ready, that is until every execution whose results anyone can read has finished.
+  ``done_handle(buffer)`` / ``wait_done(handle)``: for a thread that times
+  executions, a second reference to a result's buffer, which neither changes the
+  result's reference count nor stops its donation, and a wait on it (False for a
+  donated buffer).
 - ``fail_next(stage, error)``: a test hook that makes the next ``compile``, ``execute``,
   ``to_device`` or ``to_host`` raise ``error`` before doing anything.
 jax runs with ``jax_enable_x64`` so int64 and float64 stay what torch made them.
@@ -518,6 +522,26 @@ class PjrtRuntime(JobMethods):
             return
         with waiting:
             jax.block_until_ready(list(buffers))
+
+    def done_handle(self, buffer: jax.Array) -> jax.Array:
+        """A second reference to ``buffer``'s (first) device buffer, to wait on with
+        ``wait_done``: holding it leaves ``buffer``'s reference count as it was (the
+        executor's donation reads it) and does not stop ``buffer``'s donation."""
+        return buffer.addressable_data(0)
+
+    def wait_done(self, handle: jax.Array) -> bool:
+        """Block until ``handle`` (``done_handle``) is computed: its execution has ended;
+        False, without waiting, when its buffer was donated before or while waiting. No
+        watchdog: a thread that times executions calls it, never a waiting user."""
+        if handle.is_deleted():
+            return False
+        try:
+            handle.block_until_ready()
+        except Exception:
+            if handle.is_deleted():
+                return False
+            raise
+        return True
 
     def wait_all(self) -> None:
         live = [b for b in self.memory.live_buffers() if not b.is_deleted()]
