@@ -1,6 +1,7 @@
 """lazax.modes: the public front-end (device, sync, metrics)."""
 
 import gc
+import time
 
 import pytest
 import torch
@@ -117,3 +118,86 @@ def test_holds_device_data_is_false_while_pending_and_true_once_synced():
         assert lx.holds_device_data(torch.exp(y))  # eager ops run at once
     with pytest.raises(TypeError, match="takes a lazax tensor, but got a cpu tensor"):
         lx.holds_device_data(torch.ones(2))
+
+
+def _slow_program(x):
+    # A few large matmuls: a program the 2-core CPU runs for about a quarter of a
+    # second, long after its dispatch returned.
+    for _ in range(4):
+        x = (x @ x) * 1e-3
+    return x.sum()
+
+
+@pytest.fixture
+def device_timing():
+    before = lx.metrics.device_timing()
+    lx.metrics.set_device_timing(True)
+    yield
+    lx.metrics.set_device_timing(before)
+
+
+def test_execute_time_is_the_dispatch_unless_device_timing_is_on():
+    x = torch.randn(768, 768).to(lx.device())
+    _slow_program(x).cpu()
+    assert not lx.metrics.device_timing()  # LAZAX_DEVICE_TIMING is unset here
+    lx.metrics.clear_all()
+    start = time.perf_counter()
+    total = _slow_program(x)
+    lx.sync()
+    dispatched = time.perf_counter() - start
+    total.cpu()
+    assert lx.metrics.metric_data("ExecuteTime")[1] <= dispatched
+
+
+def test_execute_time_is_the_device_time_not_the_dispatch(device_timing):
+    x = torch.randn(768, 768).to(lx.device())
+    _slow_program(x).cpu()  # compiled: the timed run below is cached
+    lx.metrics.clear_all()
+    start = time.perf_counter()
+    total = _slow_program(x)
+    lx.sync()  # returns once dispatched
+    dispatched = time.perf_counter() - start
+    total.cpu()
+    observed = time.perf_counter() - start
+    count, seconds, _ = lx.metrics.metric_data("ExecuteTime")
+    assert count == 1
+    # The sample runs to the device's end, as the host saw it: far more than the
+    # dispatch alone, most of what the host waited in all.
+    assert seconds > dispatched and seconds > 0.5 * observed
+
+
+def test_reading_a_metric_waits_for_executions_dispatched(device_timing):
+    x = torch.randn(768, 768).to(lx.device())
+    lx.sync()
+    lx.metrics.clear_all()
+    for _ in range(3):
+        y = _slow_program(x)
+        lx.sync()  # not waited on: the samples come when the device is done
+    assert lx.metrics.metric_data("ExecuteTime")[0] == 3
+    assert "TotalSamples: 3" in lx.metrics.metrics_report()
+    del y
+
+
+def test_clear_all_drops_the_samples_of_executions_still_running(device_timing):
+    x = torch.randn(768, 768).to(lx.device())
+    _slow_program(x).cpu()
+    y = _slow_program(x)
+    lx.sync()
+    lx.metrics.clear_all()  # most likely before the device is done
+    y.cpu()
+    assert lx.metrics.metric_data("ExecuteTime") is None
+
+
+def test_executions_whose_outputs_are_donated_or_freed_are_timed(device_timing):
+    w = torch.zeros(512, 512).to(lx.device())
+    lx.sync()
+    lx.metrics.clear_all()
+    for _ in range(5):  # each run donates the buffer the run before made
+        w.add_(1.0)
+        lx.sync()
+    y = w @ w
+    lx.sync()
+    del y  # its output is freed before anyone waits on it
+    assert lx.metrics.metric_data("ExecuteTime")[0] == 6
+    assert lx.metrics.counter_value("DonatedBuffers") == 5  # each add_ run donated
+    assert w[0, 0].item() == 5.0

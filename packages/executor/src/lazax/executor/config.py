@@ -18,6 +18,7 @@ recompile), so a test or a launcher that sets a variable before that point is ob
 | ``LAZAX_FALLBACK`` | warn | an op run on the CPU: ``warn`` once per op, ``silent``, ``error`` |
 | ``LAZAX_DUMP_DIR`` | unset | write each compiled graph's IR, StableHLO and HLO there |
 | ``LAZAX_DEVICE_NAME`` | lazax | the device's name, read once at import: ``lazax`` or ``xla`` |
+| ``LAZAX_DEVICE_TIMING`` | 0 | time each run to the device's end, not its dispatch (``metrics``) |
 
 The computation cache reads its own (``LAZAX_COMPILATION_CACHE_SIZE``,
 ``LAZAX_PERSISTENT_CACHE_DIR``, ``LAZAX_PERSISTENT_CACHE_READ_ONLY``: ``lazax.cache``),
@@ -76,6 +77,7 @@ class Settings:
     scan_layers: bool
     fallback: str
     dump_dir: str | None
+    device_timing: bool
 
 
 def settings() -> Settings:
@@ -91,6 +93,7 @@ def settings() -> Settings:
         scan_layers=_flag("LAZAX_SCAN_LAYERS", False),
         fallback=_fallback_mode(env.get("LAZAX_FALLBACK")),
         dump_dir=env.get("LAZAX_DUMP_DIR") or None,
+        device_timing=_flag("LAZAX_DEVICE_TIMING", False),
     )
 
 

@@ -15,11 +15,26 @@ reuse an input's buffer). Counters beside the compile and execute ones:
 made by transfers and executions), ``ScalarReads`` (``.item()``, ``bool(t)`` and other
 reads of one element to the host: each a sync), ``CreateOpSharding`` (distinct
 layouts given to ``mark_sharding``), ``CreateXlaTensor`` / ``DestroyXlaTensor``
-(lazax tensors made and freed); ``ExecuteReplicatedTime`` times the runs of
-programs over a mesh (SPMD) a second time, ``LazyTracing`` each op's time in lazax's
-dispatch (tracing it; in eager mode, running it too; an op a handler dispatches in
+(lazax tensors made and freed), ``ReplicateShardedData`` (reads to the host of a value
+held over several devices: split, or replicated over a mesh); ``ExecuteReplicatedTime``
+times the runs of programs over a mesh (SPMD) a second time, ``LazyTracing`` each op's
+time in lazax's dispatch (tracing it; in eager mode, running it too; an op a handler dispatches in
 turn is a sample of its own, inside its caller's). These carry torch_xla's names for the
 same facts, as ``CompileTime`` and ``TransferToDeviceTime`` do.
+``ExecuteTime`` (and its kin: ``EagerOpExecuteTime``, ``ExecuteReplicatedTime``) is by
+default the time a run's dispatch takes (a run is asynchronous: the host's side of it);
+with device timing on (``set_device_timing(True)``, or ``LAZAX_DEVICE_TIMING=1`` read at
+the first run; on under the torch_xla package) it runs from the dispatch to the
+device's end, as torch_xla times it. A run not over when its dispatch returns then
+goes to ``record_when_done(names, start, wait)``: one sample per name of the time from
+``start`` until ``wait()`` returns, taken by a daemon thread (``wait`` blocks until the
+run's outputs are ready and returns False when it cannot tell: its outputs were donated
+to a later run, whose end then stands for its own). Off by default because each such
+run hands the GIL to that thread and back: +45 us per run on the 2-core CPU (a cached
+100-op sync 118 -> 163 us, a small model's dynamo call 115 -> 165 us). Reading a metric
+(``metric_names``, ``metric_data``, the reports) first waits for the runs already
+dispatched, so their samples are all there (as after torch_xla's ``wait_device_ops``);
+``clear_all`` drops the samples of runs still going.
 ``traced_op_counts()``: how many times each op (``aten::add``, an in-place op under its
 functional name, no overload) was traced onto a lazax tensor, eager ops included; ops
 that ran through the CPU fallback are the ``aten::<op>`` counters instead. An
@@ -30,9 +45,16 @@ Counter bumps are a dict update: cheap enough for per-op paths.
 
 from __future__ import annotations
 
+import atexit
+import os
+import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from contextlib import contextmanager
+from queue import SimpleQueue
+
+from .config import settings
 
 __all__ = [
     "add_recompile_report",
@@ -41,13 +63,16 @@ __all__ = [
     "compiles_by_name",
     "counter_names",
     "counter_value",
+    "device_timing",
     "metric_data",
     "metric_names",
     "metric_unit",
     "metrics_report",
     "record",
     "record_compile",
+    "record_when_done",
     "recompile_reports",
+    "set_device_timing",
     "short_metrics_report",
     "timed",
     "traced_op_counts",
@@ -103,14 +128,121 @@ def counter_value(name: str) -> int | None:
 
 
 def metric_names() -> list[str]:
+    _settle()
     return sorted(_METRICS)
 
 
 def metric_data(name: str) -> tuple[int, float, list[float]] | None:
+    _settle()
     entry = _METRICS.get(name)
     if entry is None:
         return None
     return entry[0], entry[1], list(entry[2])
+
+
+# The completion watcher (``record_when_done``): one daemon thread, started at the first
+# execution, takes (names, start, wait, generation) in dispatch order. The dispatching
+# thread alone counts what it queued (``queued``), the watcher alone what it recorded
+# (``recorded``): the hot path takes no lock. ``_DONE`` guards the recording against
+# ``clear_all`` and wakes a reader that waits (``readers``).
+_WATCH: dict = {"queue": None, "queued": 0, "recorded": 0, "generation": 0, "readers": 0}
+_DONE = threading.Condition()
+_DEVICE_TIMING: list = [None]  # None: not read from the environment yet
+
+
+def device_timing() -> bool:
+    """Whether runs are timed to the device's end (see the module docstring)."""
+    on = _DEVICE_TIMING[0]
+    if on is None:
+        on = _DEVICE_TIMING[0] = settings().device_timing
+    return on
+
+
+def set_device_timing(enabled: bool) -> None:
+    """Time each graph's run to the device's end (True) or its dispatch (False)."""
+    _DEVICE_TIMING[0] = bool(enabled)
+
+
+def record_when_done(names: tuple[str, ...], start: float, wait: Callable[[], bool]) -> None:
+    """Add one sample to each metric in ``names``: the seconds from ``start``
+    (``time.perf_counter``) until ``wait()`` returns (see the module docstring)."""
+    watch = _WATCH
+    queue = watch["queue"]
+    if queue is None:
+        queue = watch["queue"] = SimpleQueue()
+        thread = threading.Thread(target=_watch, args=(queue,), name="lazax-timing", daemon=True)
+        thread.start()
+        # At exit, before jax's own teardown (atexit runs last-registered first): a daemon
+        # thread still inside a wait of the runtime's C++ when the interpreter ends is
+        # unwound by force, which aborts the process ("exception not rethrown").
+        atexit.register(_stop_watcher, queue, thread)
+    watch["queued"] += 1
+    queue.put((names, start, wait, watch["generation"]))
+
+
+def _watch(queue: SimpleQueue) -> None:
+    unknown: list = []  # entries whose outputs were donated before the wait
+    while True:
+        if unknown and queue.empty():
+            # Nothing later to stand for their end (the donating run failed to
+            # dispatch, or is not queued yet): they ended no later than now.
+            _finish(unknown, time.perf_counter())
+            unknown = []
+        entry = queue.get()
+        if entry is None:  # _stop_watcher
+            _finish(unknown, time.perf_counter())
+            return
+        try:
+            known = entry[2]()
+        except Exception:  # a failed execution: its error surfaces where its outputs are used
+            known = True
+        unknown.append(entry)
+        if known:  # the device ran programs in order of their data: the earlier ones ended too
+            _finish(unknown, time.perf_counter())
+            unknown = []
+
+
+def _finish(entries: list, end: float) -> None:
+    with _DONE:
+        for names, start, _, generation in entries:
+            if generation == _WATCH["generation"]:
+                for name in names:
+                    record(name, end - start)
+        _WATCH["recorded"] += len(entries)
+        if _WATCH["readers"]:
+            _DONE.notify_all()
+
+
+def _settle() -> None:
+    """Wait until every execution dispatched so far has its sample."""
+    target = _WATCH["queued"]
+    if _WATCH["recorded"] < target:
+        with _DONE:
+            _WATCH["readers"] += 1
+            try:
+                while _WATCH["recorded"] < target:
+                    _DONE.wait()
+            finally:
+                _WATCH["readers"] -= 1
+
+
+def _stop_watcher(queue: SimpleQueue, thread: threading.Thread) -> None:
+    # The executions still running end first (a minute at most: a program that never
+    # ends would otherwise hold up the exit).
+    queue.put(None)
+    thread.join(timeout=60)
+
+
+def _forget_watcher() -> None:
+    # A forked child has no watcher thread and none of its parent's executions, and the
+    # lock may have been held by that thread at the fork.
+    global _DONE
+    _DONE = threading.Condition()
+    _WATCH.update(queue=None, queued=0, recorded=0, readers=0)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_watcher)
 
 
 def add_recompile_report(text: str) -> None:
@@ -145,6 +277,8 @@ def traced_op_counts() -> dict[str, int]:
 
 
 def clear_all() -> None:
+    with _DONE:  # executions still running were dispatched before: not recorded
+        _WATCH["generation"] += 1
     TRACED_OPS.clear()
     _COUNTERS.clear()
     _METRICS.clear()
@@ -181,6 +315,7 @@ def _fmt_seconds(s: float) -> str:
 
 def metrics_report() -> str:
     """Every metric (count, total, median, ...) and every counter, as text."""
+    _settle()
     lines = []
     for name in metric_names():
         count, total, samples = metric_data(name)

@@ -3,7 +3,13 @@
 Contract of ``execute(runtime, entry, values, ...)``: arrange the parameters' values as
 the program's arguments (``arguments``) and run the executable asynchronously
 (the outputs are futures), timed as ``timer`` (and as ``ExecuteReplicatedTime`` for
-an ``spmd`` program, over a mesh); return the outputs in the graph's root
+an ``spmd`` program, over a mesh) from the dispatch; with ``metrics.device_timing()``
+to the device's end: a program that ran within its dispatch (a small one on the CPU)
+is timed at once, one still running is left to ``metrics.record_when_done``'s thread,
+which waits on a second reference to the first output's buffer
+(``runtime.done_handle``: the output's own reference count, which decides its
+donation, stays as it was; a donated one is not waited on);
+return the outputs in the graph's root
 order (a program compiled with ``lower(graph, order)`` returns them in ``order``:
 ``entry.annotations.positions``), any device-side check flags last; count the output
 buffers (``CreateDataHandles``) and the donated ones (``DonatedBuffers``); turn the
@@ -16,6 +22,7 @@ and the replay queue those and hand the results back themselves.
 
 from __future__ import annotations
 
+from functools import partial
 from time import perf_counter
 
 from lazax import ir, pjrt
@@ -52,10 +59,15 @@ def execute(
         # The sizes the runtime reports are per argument: name the parameters behind them.
         inputs = None if graph is None else [graph.parameters[i] for i in packing.singles]
         raise out_of_memory(err, what() if what else "a graph", graph, runtime, inputs) from err
-    elapsed = perf_counter() - start
-    metrics.record(timer, elapsed)
-    if spmd:  # a program over a mesh: also torch_xla's name for such a run
-        metrics.record("ExecuteReplicatedTime", elapsed)
+    # ExecuteReplicatedTime: a program over a mesh, torch_xla's name for such a run.
+    timers = (timer, "ExecuteReplicatedTime") if spmd else (timer,)
+    if outputs and metrics.device_timing() and not runtime.is_ready(outputs[0]):
+        handle = runtime.done_handle(outputs[0])
+        metrics.record_when_done(timers, start, partial(runtime.wait_done, handle))
+    else:
+        elapsed = perf_counter() - start
+        for name in timers:
+            metrics.record(name, elapsed)
     metrics.bump("CreateDataHandles", len(outputs))
     if donated:
         metrics.bump("DonatedBuffers", donated)
