@@ -217,3 +217,32 @@ def test_program_text_shows_the_shardings_xla_partitions_by():
     hlo = lx.program_text([y])
     assert 'custom_call_target="Sharding", sharding={devices=[2,1,4]' in hlo
     assert not lx.holds_device_data(y)
+
+
+def test_a_clone_is_laid_out_as_its_source(mesh_2x4):
+    x = torch.randn(8, 16).to(DEV)
+    lx.mark_sharding(x, mesh_2x4, ("data", "model"))
+    y = x.clone()  # pending: its layout is known before the sync
+    assert not lx.holds_device_data(y)
+    assert lx.get_sharding(y) == lx.get_sharding(x)
+    z = (x * 2).clone()  # pending work not laid out: nothing to keep
+    assert lx.get_sharding(z) is None
+    row = x[0].clone()  # a view's layout is not its base's
+    assert lx.get_sharding(row) is None
+    w = y.clone()  # a constraint's copy is constrained alike
+    assert lx.get_sharding(w) == lx.get_sharding(x)
+    lx.sync()
+    assert lx.get_sharding(y) == lx.get_sharding(x) == lx.get_sharding(w)
+    torch.testing.assert_close(y.cpu(), x.cpu())
+    torch.testing.assert_close(row.cpu(), x.cpu()[0])
+
+
+def test_reading_a_value_over_several_devices_counts_as_torch_xla_counts_it(mesh_8):
+    x = torch.randn(8, 4).to(DEV)
+    reads = counter("ReplicateShardedData")
+    x.cpu()  # one device
+    assert counter("ReplicateShardedData") == reads
+    lx.mark_sharding(x, mesh_8, ("data", None))
+    x.cpu()
+    (x * 2).sum().cpu()  # a result of a program over the mesh
+    assert counter("ReplicateShardedData") == reads + 2

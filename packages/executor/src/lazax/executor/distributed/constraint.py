@@ -20,6 +20,8 @@ Contract:
   is: the value is constrained, the gradient is not. So a model whose forward marks its
   activations compiles as one graph under ``torch.compile(backend="lazax")`` instead of
   making dynamo skip the function.
+- ``clone`` of a lazax tensor laid out over a mesh is laid out alike
+  (``sharding.keep_layout``): the copy carries its source's constraint.
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ import torch
 from lazax import ir
 
 from ..barrier.executor import EXECUTOR
+from ..config import DEVICE_NAME
+from ..dispatch.plans import FUNCTIONAL, OpPlan
+from ..dispatch.run import run_plan
 from ..dispatch.special import register_special
-from ..ops.sharding import SHARD_OP
+from ..ops.sharding import ACTIVE, SHARD_OP
 from ..state.layout import Layout
 from ..state.values import ir_value
 from ..tensor.lazy import LazyTensor, new_tensor
-from .sharding import Mesh, constraint, mesh_by_key, normalize
+from .sharding import Mesh, constraint, keep_layout, mesh_by_key, normalize
 from .sharding import mark_sharding as _mark_lazax
 
 __all__ = ["mark_sharding", "sharding_constraint"]
@@ -112,7 +117,19 @@ torch.library.register_fake("lazax::sharding_constraint", _fake, lib=_LIB)
 torch.library.register_autograd(
     "lazax::sharding_constraint", _backward, setup_context=_setup, lib=_LIB
 )
-register_special({torch.ops.lazax.sharding_constraint.default: _on_lazax})
+_CLONE = OpPlan(torch.ops.aten.clone.default, "aten::clone", FUNCTIONAL)
+
+
+def _clone(args, kwargs):
+    out = run_plan(_CLONE, args, kwargs)
+    if ACTIVE["active"]:  # (only once anything was laid out over a mesh)
+        keep_layout(args[0], out)
+    return out
+
+
+register_special(
+    {torch.ops.lazax.sharding_constraint.default: _on_lazax, torch.ops.aten.clone.default: _clone}
+)
 
 
 def sharding_constraint(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
@@ -127,7 +144,7 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
     AOTAutograd traces on a lazax device, this op's result written into it (see the
     contract)."""
     if torch.compiler.is_compiling() or (
-        type(t) is not LazyTensor and isinstance(t, torch.Tensor) and t.device.type == "lazax"
+        type(t) is not LazyTensor and isinstance(t, torch.Tensor) and t.device.type == DEVICE_NAME
     ):
         constrained = sharding_constraint(t, mesh, partition_spec)
         with torch.no_grad():

@@ -16,6 +16,11 @@ Contract:
   layout (a mesh object and a spec) makes one jax sharding, kept in ``mesh.shardings``
   and counted as ``CreateOpSharding``.
 - ``clear_sharding(t)``: ``t`` back on its single device (it syncs ``t`` first).
+- ``keep_layout(src, out)``: ``out``, a pending copy of ``src`` (its ``clone``), gets a
+  constraint to ``src``'s layout when ``src`` (not a view) is laid out over a mesh:
+  device data split or replicated over one (not held padded), or a constraint itself.
+  So a clone's sharding is known before the sync, as torch_xla's clone keeps the
+  sharding spec and DTensor's clone its placements.
 - ``get_sharding(t)``: a ``Sharding(mesh, partition_spec)`` or None (single device, or
   pending IR whose layout XLA has not chosen yet); ``shard_shapes(t)``: device id ->
   the shape of the piece that device holds (padding included); ``shards(t)``: each
@@ -45,6 +50,7 @@ __all__ = [
     "clear_sharding",
     "constraint",
     "get_sharding",
+    "keep_layout",
     "lazax_mesh",
     "mark_sharding",
     "mesh_by_key",
@@ -192,12 +198,39 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec) -> torch.Tensor:
         )
     key, named = constraint(mesh, spec)
     if storage.pending:
-        node = ir.Node(SHARD_OP, (storage.value,), ((("%", 0), key), ()), (storage.spec,))
-        storage.set(node.outputs[0])
+        _constrain(storage, key)
     else:
         buffer = runtime.place(storage.value.node.data, named, storage.spec.shape)
         storage.set(ir.device_data(storage.spec, buffer))
     return t
+
+
+def _constrain(storage, key: str) -> None:
+    node = ir.Node(SHARD_OP, (storage.value,), ((("%", 0), key), ()), (storage.spec,))
+    storage.set(node.outputs[0])
+
+
+def keep_layout(src, out) -> None:
+    """Constrain ``out`` (a pending copy of ``src``) to ``src``'s layout (see the
+    contract); anything else is left as it is."""
+    if type(src) is not LazyTensor or type(out) is not LazyTensor or src._lz_view is not None:
+        return
+    if out._lz_view is not None or not out._lz_storage.pending:
+        return  # (an eager op: already run, laid out as XLA chose)
+    node = src._lz_storage.value.node
+    if node.op == SHARD_OP:
+        _constrain(out._lz_storage, node.attrs[0][1])
+        return
+    if node.op != ir.DEVICE_DATA or tuple(getattr(node.data, "shape", ())) != tuple(src.shape):
+        return  # pending work, or a value held padded (an uneven split)
+    sharding = getattr(node.data, "sharding", None)
+    mesh = lazax_mesh(getattr(sharding, "mesh", None))
+    if mesh is None:
+        return
+    for spec, named in mesh.shardings.items():
+        if named == sharding:
+            _constrain(out._lz_storage, f"{mesh.key}{spec}")
+            return
 
 
 def constraint(mesh: Mesh, spec: tuple) -> tuple[str, object]:

@@ -9,7 +9,8 @@ check of every program that has finished (``barrier.checks``). ``jax_value(t)`` 
 storage's own for a tensor that is not a view, a new one for a view (or for a value
 held padded, split unevenly over a mesh: the padding cut off). A view of materialised data is
 sliced on the host from its base where the base is small (no compile per view).
-Transfers are timed (``TransferToDeviceTime``, ``TransferFromDeviceTime``); running out
+Transfers are timed (``TransferToDeviceTime``, ``TransferFromDeviceTime``); a read of a
+value held over several devices counts ``ReplicateShardedData``; running out
 of device memory raises ``torch.OutOfMemoryError``.
 """
 
@@ -147,6 +148,11 @@ def host_tensor(buffer, dtype: torch.dtype, shape, read=None) -> torch.Tensor:
                 f"(lx.mark_sharding(t, mesh, (None,) * t.dim()), then read it)."
             ) from None
     metrics.record("InboundData", array.nbytes, unit="bytes")  # (device -> host)
+    sharding = getattr(buffer, "sharding", None)
+    if sharding is not None and len(sharding.device_set) > 1:
+        # A value over several devices (split, or replicated over a mesh), made whole
+        # for the host: torch_xla's name for it.
+        metrics.bump("ReplicateShardedData")
     carrier = _VIEW_AS.get(dtype)
     if carrier is not None:
         array = array.view(np.dtype(str(carrier).replace("torch.", "")))
