@@ -6,6 +6,7 @@ import warnings
 import pytest
 import torch
 import torch_xla
+import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 from torch_xla.amp import GradScaler, autocast, syncfree
 
@@ -205,3 +206,24 @@ def test_a_plain_optimizer_reads_the_flag_on_the_host():
     executions, reads = _executions(), _reads()
     scaler.step(opt)
     assert _executions() > executions and _reads() > reads
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_syncfree_step_takes_torch_xlas_found_inf(name):
+    ours, torchs, kwargs = OPTIMIZERS[name]
+    dev = torch_xla.device()
+    model, ref = _mlp().to(dev), _mlp()
+    opt, ref_opt = ours(model.parameters(), **kwargs), torchs(ref.parameters(), **kwargs)
+    for i, (x, y) in enumerate(_batches(4)):
+        for m, o, (a, b) in ((model, opt, (x.to(dev), y.to(dev))), (ref, ref_opt, (x, y))):
+            o.zero_grad()
+            torch.nn.functional.mse_loss(m(a), b).backward()
+        skip = i % 2 == 0
+        assert xm._fetch_gradients(opt) == [p.grad for p in model.parameters()]
+        xm.optimizer_step(opt, optimizer_args={"found_inf": torch.tensor(float(skip)).to(dev)})
+        if not skip:  # the reference steps only where the flag was 0
+            ref_opt.step()
+        torch_xla.sync()
+    assert not hasattr(opt, "found_inf")  # handed to torch's step for that step only
+    for got, want in zip(_params(model), _params(ref)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -4,6 +4,7 @@ documented behaviour: ``_XLAC``'s runtime, sync, counter and sharding-spec funct
 ``xs.mark_sharding_with_gradients``."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -139,6 +140,27 @@ def test_time_metrics_are_nanoseconds():
     count, total_ns, samples = met.metric_data("CompileTime")
     assert count == 1 and total_ns > 1e5  # a compile takes more than 0.1 ms
     assert samples[-1] == pytest.approx(total_ns)
+
+
+def _matmuls(x):
+    for _ in range(4):
+        x = (x @ x) * 1e-3
+    return x
+
+
+def test_execute_time_runs_to_the_devices_end_as_torch_xlas():
+    assert lx.metrics.device_timing()  # importing torch_xla turned it on
+    x = torch.randn(768, 768).to(torch_xla.device())
+    for _ in range(2):  # the second run is cached
+        met.clear_all()
+        start = time.perf_counter_ns()
+        y = _matmuls(x)
+        torch_xla.sync()  # returns once dispatched
+        y.cpu()
+        wall_ns = time.perf_counter_ns() - start
+    assert met.metric_data("CompileTime") is None
+    count, total_ns, _ = met.metric_data("ExecuteTime")
+    assert count == 1 and total_ns > 0.5 * wall_ns
 
 
 def test_sharding_spec_in_xla_text():

@@ -8,6 +8,7 @@ Contract:
   pin_layout=True)``: the gradients are averaged over the replicas (``reduce_gradients``:
   nothing to do with one), ``optimizer.step(**optimizer_args)`` runs, and with
   ``barrier=True`` the step is marked; returns what ``step`` returned.
+  ``_fetch_gradients(optimizer)``: the gradients it would average.
 - ``wait_device_ops(devices=[])``: ``lx.wait_device_ops()``.
 - ``save(data, file_or_path, master_only=True, global_master=False)``: ``torch.save`` of a
   copy whose lazax tensors are CPU tensors, by the master only (all, if not
@@ -256,14 +257,20 @@ def rendezvous(tag: str, payload: bytes = b"", replicas=()) -> list[bytes]:
     return gathered
 
 
+def _fetch_gradients(optimizer) -> list[torch.Tensor]:
+    """The gradients of the optimizer's parameters that have one, in its groups' order
+    (torch_xla's helper, which its syncfree optimizers' users call)."""
+    return [
+        p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
+    ]
+
+
 def reduce_gradients(optimizer, groups=None, pin_layout=True) -> None:
     """Average every gradient over the replicas (nothing with one)."""
     count = world_size()
     if count == 1 or not _distributed():
         return
-    grads = [
-        p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
-    ]
+    grads = _fetch_gradients(optimizer)
     all_reduce(REDUCE_SUM, grads, scale=1.0 / count, groups=groups)
 
 

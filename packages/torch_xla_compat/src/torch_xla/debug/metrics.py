@@ -22,7 +22,10 @@ transfer), ``InputOutputAliasCount`` (donated inputs per compiled program),
 ``CreateCompileHandles`` and ``CreateDataHandles`` (executables and device buffers
 made), ``CreateXlaTensor`` / ``DestroyXlaTensor`` (lazax tensors made and freed) and
 ``LazyTracing`` (each op's time in lazax's dispatch) are lazax's own, under torch_xla's
-names. A host read of one element
+names. ``ExecuteTime`` runs, as torch_xla's, from a program's dispatch to the device's
+end: importing this package turns on lazax's device timing
+(``lx.metrics.set_device_timing``) unless ``LAZAX_DEVICE_TIMING`` is set; reading a
+metric then waits for the programs already dispatched. A host read of one element
 (``.item()``, ``if t:``) counts as ``aten::_local_scalar_dense``, a CPU fallback in
 torch_xla, where its users look for it. Batch norm counts as ``xla::native_batch_norm``,
 torch_xla's lowering of every ``_native_batch_norm_legit*`` op lazax traces.
@@ -30,9 +33,14 @@ torch_xla's lowering of every ``_native_batch_norm_legit*`` op lazax traces.
 those names (torch_xla's default lists where None) and the CPU-fallback counters.
 """
 
+import os
+
 from lazax.modes import metrics as _metrics
 
 from .. import _counters
+
+if "LAZAX_DEVICE_TIMING" not in os.environ:  # the user's choice wins
+    _metrics.set_device_timing(True)
 
 __all__ = [
     "clear_all",

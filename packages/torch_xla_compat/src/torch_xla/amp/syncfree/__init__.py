@@ -11,7 +11,10 @@ Contract: ``SGD``, ``Adam``, ``AdamW`` are subclasses of ``torch.optim.SGD``, ``
 ``AdamW`` taking torch's arguments (torch_xla's take the same) with ``fused=True``
 always: ``fused=False``, or ``foreach=True`` (torch refuses it beside ``fused``), raises
 ``ValueError``. Values, state, ``state_dict`` and hooks are torch's fused optimizer's;
-without a GradScaler a step is a plain step.
+without a GradScaler a step is a plain step. ``step(closure=None, found_inf=None)``
+takes torch_xla's flag too: a device tensor, non-zero to skip the update (on the
+device, as torch's GradScaler hands the fused optimizer its own flag); a GradScaler's
+flag, when one is stepping, wins.
 """
 
 import torch
@@ -31,21 +34,35 @@ def _fused(cls_name: str, kwargs: dict) -> dict:
     return {**kwargs, "fused": True, "foreach": None}
 
 
-class SGD(torch.optim.SGD):
+class _TakesFoundInf:
+    """``step(closure=None, found_inf=None)``: torch_xla's argument, given to torch's
+    fused step as the ``found_inf`` attribute that torch's GradScaler sets."""
+
+    def step(self, closure=None, found_inf=None):
+        if found_inf is None or getattr(self, "found_inf", None) is not None:
+            return super().step(closure)
+        self.found_inf = found_inf.reshape(()).to(torch.float32)  # (GradScaler's shape)
+        try:
+            return super().step(closure)
+        finally:
+            del self.found_inf
+
+
+class SGD(_TakesFoundInf, torch.optim.SGD):
     """``torch.optim.SGD(..., fused=True)``: an inf step is skipped on the device."""
 
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **_fused("SGD", kwargs))
 
 
-class Adam(torch.optim.Adam):
+class Adam(_TakesFoundInf, torch.optim.Adam):
     """``torch.optim.Adam(..., fused=True)``: an inf step is skipped on the device."""
 
     def __init__(self, params, *args, **kwargs):
         super().__init__(params, *args, **_fused("Adam", kwargs))
 
 
-class AdamW(torch.optim.AdamW):
+class AdamW(_TakesFoundInf, torch.optim.AdamW):
     """``torch.optim.AdamW(..., fused=True)``: an inf step is skipped on the device."""
 
     def __init__(self, params, *args, **kwargs):
