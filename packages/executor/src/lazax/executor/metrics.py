@@ -18,9 +18,9 @@ layouts given to ``mark_sharding``), ``CreateXlaTensor`` / ``DestroyXlaTensor``
 (lazax tensors made and freed), ``ReplicateShardedData`` (reads to the host of a value
 held over several devices: split, or replicated over a mesh); ``ExecuteReplicatedTime``
 times the runs of programs over a mesh (SPMD) a second time, ``LazyTracing`` each op's
-time in lazax's dispatch (tracing it; in eager mode, running it too; an op a handler dispatches in
-turn is a sample of its own, inside its caller's). These carry torch_xla's names for the
-same facts, as ``CompileTime`` and ``TransferToDeviceTime`` do.
+time in lazax's dispatch (tracing it; in eager mode, running it too; an op a handler
+dispatches in turn is a sample of its own, inside its caller's). These carry
+torch_xla's names for the same facts, as ``CompileTime`` and ``TransferToDeviceTime`` do.
 ``ExecuteTime`` (and its kin: ``EagerOpExecuteTime``, ``ExecuteReplicatedTime``) is by
 default the time a run's dispatch takes (a run is asynchronous: the host's side of it);
 with device timing on (``set_device_timing(True)``, or ``LAZAX_DEVICE_TIMING=1`` read at
@@ -29,12 +29,13 @@ device's end, as torch_xla times it. A run not over when its dispatch returns th
 goes to ``record_when_done(names, start, wait)``: one sample per name of the time from
 ``start`` until ``wait()`` returns, taken by a daemon thread (``wait`` blocks until the
 run's outputs are ready and returns False when it cannot tell: its outputs were donated
-to a later run, whose end then stands for its own). Off by default because each such
-run hands the GIL to that thread and back: +45 us per run on the 2-core CPU (a cached
-100-op sync 118 -> 163 us, a small model's dynamo call 115 -> 165 us). Reading a metric
-(``metric_names``, ``metric_data``, the reports) first waits for the runs already
-dispatched, so their samples are all there (as after torch_xla's ``wait_device_ops``);
-``clear_all`` drops the samples of runs still going.
+to a later run, whose end then stands for its own); one that ended within its dispatch
+goes to ``record_run(names, seconds)``, under the same lock. Off by default because
+each watched run hands the GIL to that thread and back: +45 us per run on the 2-core
+CPU (a cached 100-op sync 118 -> 163 us, a small model's dynamo call 115 -> 165 us).
+Reading a metric (``metric_names``, ``metric_data``, the reports) first waits for the
+runs already dispatched, so their samples are all there (as after torch_xla's
+``wait_device_ops``); ``clear_all`` drops the samples of runs still going.
 ``traced_op_counts()``: how many times each op (``aten::add``, an in-place op under its
 functional name, no overload) was traced onto a lazax tensor, eager ops included; ops
 that ran through the CPU fallback are the ``aten::<op>`` counters instead. An
@@ -70,6 +71,7 @@ __all__ = [
     "metrics_report",
     "record",
     "record_compile",
+    "record_run",
     "record_when_done",
     "recompile_reports",
     "set_device_timing",
@@ -178,6 +180,19 @@ def record_when_done(names: tuple[str, ...], start: float, wait: Callable[[], bo
         atexit.register(_stop_watcher, queue, thread)
     watch["queued"] += 1
     queue.put((names, start, wait, watch["generation"]))
+
+
+def record_run(names: tuple[str, ...], seconds: float) -> None:
+    """A run timed by its caller: one sample per name, under the watcher's lock once the
+    watcher exists (it records the same names: an unlocked ``count += 1`` from two
+    threads can lose one)."""
+    if _WATCH["queue"] is None:
+        for name in names:
+            record(name, seconds)
+        return
+    with _DONE:
+        for name in names:
+            record(name, seconds)
 
 
 def _watch(queue: SimpleQueue) -> None:

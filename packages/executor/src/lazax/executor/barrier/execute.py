@@ -65,9 +65,7 @@ def execute(
         handle = runtime.done_handle(outputs[0])
         metrics.record_when_done(timers, start, partial(runtime.wait_done, handle))
     else:
-        elapsed = perf_counter() - start
-        for name in timers:
-            metrics.record(name, elapsed)
+        metrics.record_run(timers, perf_counter() - start)
     metrics.bump("CreateDataHandles", len(outputs))
     if donated:
         metrics.bump("DonatedBuffers", donated)
