@@ -243,7 +243,9 @@ def _settle() -> None:
 
 def _stop_watcher(queue: SimpleQueue, thread: threading.Thread) -> None:
     # The executions still running end first (a minute at most: a program that never
-    # ends would otherwise hold up the exit).
+    # ends would otherwise hold up the exit). Runs after this one (other exit handlers)
+    # are timed at their dispatch: no thread is left to wait for them.
+    _DEVICE_TIMING[0] = False
     queue.put(None)
     thread.join(timeout=60)
 
