@@ -235,6 +235,12 @@ def test_a_clone_is_laid_out_as_its_source(mesh_2x4):
     assert lx.get_sharding(y) == lx.get_sharding(x) == lx.get_sharding(w)
     torch.testing.assert_close(y.cpu(), x.cpu())
     torch.testing.assert_close(row.cpu(), x.cpu()[0])
+    # Laid out over another Mesh object of the same grid (each test module makes its
+    # own): the jax mesh finds the first one made, whose layouts are its own.
+    again = lx.Mesh(range(8), (2, 4), ("data", "model"))
+    v = torch.randn(8, 16).to(DEV)
+    lx.mark_sharding(v, again, (None, "model"))
+    assert lx.get_sharding(v.clone()) == lx.get_sharding(v)
 
 
 def test_reading_a_value_over_several_devices_counts_as_torch_xla_counts_it(mesh_8):

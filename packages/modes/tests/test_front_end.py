@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import lazax.modes as lx
+from lazax.executor.config import settings
 
 
 def test_device_is_the_lazax_device():
@@ -136,10 +137,26 @@ def device_timing():
     lx.metrics.set_device_timing(before)
 
 
-def test_execute_time_is_the_dispatch_unless_device_timing_is_on():
+@pytest.fixture
+def dispatch_timing():
+    # The default; set here because the test session imports torch_xla too, which
+    # turns device timing on.
+    before = lx.metrics.device_timing()
+    lx.metrics.set_device_timing(False)
+    yield
+    lx.metrics.set_device_timing(before)
+
+
+def test_device_timing_is_off_unless_asked_for(monkeypatch):
+    monkeypatch.delenv("LAZAX_DEVICE_TIMING", raising=False)
+    assert not settings().device_timing
+    monkeypatch.setenv("LAZAX_DEVICE_TIMING", "1")
+    assert settings().device_timing
+
+
+def test_execute_time_is_the_dispatch_unless_device_timing_is_on(dispatch_timing):
     x = torch.randn(768, 768).to(lx.device())
     _slow_program(x).cpu()
-    assert not lx.metrics.device_timing()  # LAZAX_DEVICE_TIMING is unset here
     lx.metrics.clear_all()
     start = time.perf_counter()
     total = _slow_program(x)

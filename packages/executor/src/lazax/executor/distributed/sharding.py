@@ -223,14 +223,12 @@ def keep_layout(src, out) -> None:
         return
     if node.op != ir.DEVICE_DATA or tuple(getattr(node.data, "shape", ())) != tuple(src.shape):
         return  # pending work, or a value held padded (an uneven split)
-    sharding = getattr(node.data, "sharding", None)
-    mesh = lazax_mesh(getattr(sharding, "mesh", None))
-    if mesh is None:
-        return
-    for spec, named in mesh.shardings.items():
-        if named == sharding:
-            _constrain(out._lz_storage, f"{mesh.key}{spec}")
-            return
+    # The layout as a (mesh, spec) pair: the mesh found by the buffer's jax mesh, which
+    # another Mesh object over the same grid may have made (its own ``shardings``).
+    layout = as_sharding(getattr(node.data, "sharding", None), src.dim())
+    if layout is not None:
+        key, _ = constraint(layout.mesh, layout.partition_spec)
+        _constrain(out._lz_storage, key)
 
 
 def constraint(mesh: Mesh, spec: tuple) -> tuple[str, object]:
