@@ -31,8 +31,9 @@ goes to ``record_when_done(names, start, wait)``: one sample per name of the tim
 run's outputs are ready and returns False when it cannot tell: its outputs were donated
 to a later run, whose end then stands for its own); one that ended within its dispatch
 goes to ``record_run(names, seconds)``, under the same lock. Off by default because
-each watched run hands the GIL to that thread and back: +45 us per run on the 2-core
-CPU (a cached 100-op sync 118 -> 163 us, a small model's dynamo call 115 -> 165 us).
+each watched run hands the GIL to that thread and back: +45-85 us per run on the
+2-core CPU (a cached 100-op sync 118 -> 163 us and 131-143 -> 178-199 us, a small
+model's dynamo call 115 -> 165 us and 122-135 -> 196-222 us, in two sessions).
 Reading a metric (``metric_names``, ``metric_data``, the reports) first waits for the
 runs already dispatched, so their samples are all there (as after torch_xla's
 ``wait_device_ops``); ``clear_all`` drops the samples of runs still going.

@@ -22,7 +22,7 @@ first; ``metrics_report()`` ends with the same list. ``traced_op_counts()``: op 
 onto a lazax tensor (eager ops too; a replayed region traces nothing).
 ``ExecuteTime`` / ``EagerOpExecuteTime`` time each run from its dispatch;
 ``set_device_timing(True)`` (or ``LAZAX_DEVICE_TIMING=1``; on under the torch_xla
-package) times it to the device's end instead, at ~45 us per run on a 2-core CPU, and
+package) times it to the device's end instead, at 45-85 us per run on a 2-core CPU, and
 then reading a metric waits for the runs already dispatched. ``device_timing()`` says
 which.
 """
