@@ -129,22 +129,23 @@ def _slow_program(x):
     return x.sum()
 
 
-@pytest.fixture
-def device_timing():
+def _timing_set_to(on: bool):
     before = lx.metrics.device_timing()
-    lx.metrics.set_device_timing(True)
+    lx.metrics.set_device_timing(on)
     yield
     lx.metrics.set_device_timing(before)
+
+
+@pytest.fixture
+def device_timing():
+    yield from _timing_set_to(True)
 
 
 @pytest.fixture
 def dispatch_timing():
-    # The default; set here because the test session imports torch_xla too, which
+    # The default, set here because the test session imports torch_xla too, which
     # turns device timing on.
-    before = lx.metrics.device_timing()
-    lx.metrics.set_device_timing(False)
-    yield
-    lx.metrics.set_device_timing(before)
+    yield from _timing_set_to(False)
 
 
 def test_device_timing_is_off_unless_asked_for(monkeypatch):

@@ -117,7 +117,7 @@ torch.library.register_fake("lazax::sharding_constraint", _fake, lib=_LIB)
 torch.library.register_autograd(
     "lazax::sharding_constraint", _backward, setup_context=_setup, lib=_LIB
 )
-_CLONE = OpPlan(torch.ops.aten.clone.default, "aten::clone", FUNCTIONAL)
+_CLONE = OpPlan(torch.ops.aten.clone.default, torch.ops.aten.clone.default.name(), FUNCTIONAL)
 
 
 def _clone(args, kwargs):
