@@ -71,27 +71,29 @@ Contract (the narrow interface; a second implementation must stay possible):
   donated buffer).
 - ``fail_next(stage, error)``: a test hook that makes the next ``compile``, ``execute``,
   ``to_device`` or ``to_host`` raise ``error`` before doing anything.
+Where it lives: this module owns ``PjrtRuntime`` itself (devices, the test hook,
+transfers, placement); its compiling comes from ``_compiler.CompileMethods``, its
+executions, waits and memory from ``_execution.ExecuteMethods``, a job's methods from
+``_processes.JobMethods``, and ``Executable`` with the out-of-memory error from
+``_executable`` (re-exported here).
 jax runs with ``jax_enable_x64`` so int64 and float64 stay what torch made them.
 """
 
 from __future__ import annotations
 
-import os
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import jaxlib
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from ._compiler import CompileMethods
 from ._executable import DeviceOutOfMemory, Executable, is_out_of_memory, numpy_dtype
+from ._execution import ExecuteMethods
 from ._memory import MemoryTracker
 from ._padding import padded, padded_shape, trim
-from ._per_process import per_process as per_process_program
-from ._per_process import processes_mesh, replicated, to_global, to_local
 from ._platform import jax_devices, platform_from_env
 from ._processes import (
     JobMethods,
@@ -101,7 +103,6 @@ from ._processes import (
     spans_processes,
     wait_watched,
 )
-from ._version import __version__
 from ._watchdog import WATCHDOG
 
 __all__ = [
@@ -117,46 +118,12 @@ jax.config.update("jax_enable_x64", True)
 
 STAGES = ("compile", "execute", "to_device", "to_host")
 
-# jax's warning when XLA declines a donated buffer (costs memory, never results).
-_UNUSABLE_DONATION = "Some donated buffers were not usable"
-# A donating program that allocates more than this is checked against free memory first.
-_CHECK_FREE_ABOVE = 64 << 20
-
-
-def _host_available_bytes() -> int | None:
-    """The kernel's estimate of memory available to this process (Linux), else None."""
-    try:
-        with open("/proc/meminfo", "rb") as meminfo:
-            for line in meminfo:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
 
 def _read_of(buffer: jax.Array) -> str:
     return f"a {tuple(buffer.shape)} {buffer.dtype} value to reach the host"
 
 
-_PERSISTENT_EVENTS = {"hits": 0}
-_listening = False
-
-
-def _listen_to_persistent_cache() -> None:
-    global _listening
-    if _listening:
-        return
-
-    def on_event(event: str, **kwargs) -> None:
-        if event == "/jax/compilation_cache/cache_hits":
-            _PERSISTENT_EVENTS["hits"] += 1
-
-    jax.monitoring.register_event_listener(on_event)
-    _listening = True
-
-
-class PjrtRuntime(JobMethods):
+class PjrtRuntime(CompileMethods, ExecuteMethods, JobMethods):
     """``lazax``'s runtime over jax/PJRT (see the module docstring)."""
 
     def __init__(self, platform: str | None = None) -> None:
@@ -190,22 +157,7 @@ class PjrtRuntime(JobMethods):
             if error is not None:
                 raise error
 
-    # -- interface ---------------------------------------------------------------
-    def compile_options(self) -> tuple[tuple[str, object], ...]:
-        """Everything besides the program that changes what ``compile`` produces: read on
-        every call (a user may change a jax option between two compiles)."""
-        config = jax.config
-        return (
-            ("x64", config.jax_enable_x64),
-            ("matmul_precision", config.jax_default_matmul_precision),
-            ("xla_flags", os.environ.get("XLA_FLAGS", "")),
-            ("platform", self.platform),
-        )
-
-    def versions(self) -> dict[str, str]:
-        """The versions of what turns a jax function into an executable."""
-        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "lazax-pjrt": __version__}
-
+    # -- devices and transfers ---------------------------------------------------
     def device_kind(self) -> str:
         return f"{self.platform}:{self.default_device.device_kind}:{len(self.devices)}"
 
@@ -261,32 +213,6 @@ class PjrtRuntime(JobMethods):
         with WATCHDOG.waiting(lambda: _read_of(buffer)):
             return np.asarray(buffer)
 
-    def use_persistent_cache(self, path: str, read_only: bool = False) -> None:
-        """Keep compiled executables in ``path`` across processes, through jax's own
-        persistent compilation cache (serialized executables; a corrupt or foreign
-        entry is a warning there and a recompile). ``read_only``: load, never write.
-        Must come before this runtime's first compile."""
-        if self._compiled:
-            raise RuntimeError(
-                "lazax: the persistent compilation cache must be set before the first "
-                "compile; set LAZAX_PERSISTENT_CACHE_DIR, or call set_persistent_cache_dir "
-                "before running anything on the device."
-            )
-        from jax.experimental.compilation_cache import compilation_cache
-
-        _listen_to_persistent_cache()
-        jax.config.update("jax_compilation_cache_dir", str(path))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        # Every lazax graph is worth keeping (-1: no size floor, and no filesystem-based
-        # override of it); read-only: no entry is big enough to be written.
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 2**62 if read_only else -1)
-        # XLA's side caches live under the cache directory and their paths enter the
-        # compile options, hence the key: a cache copied or mounted elsewhere would never
-        # hit. lazax keeps keys independent of where the directory is.
-        jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
-        compilation_cache.reset_cache()  # jax may have opened a cache (or none) already
-        self.persistent_cache = (str(path), read_only)
-
     # -- SPMD ------------------------------------------------------------------------
     def mesh(self, device_ids: Sequence[int], shape: Sequence[int], axis_names) -> Mesh:
         devices = np.array([self.global_devices[i] for i in device_ids], dtype=object)
@@ -326,224 +252,3 @@ class PjrtRuntime(JobMethods):
     def shard_shapes(self, buffer: jax.Array) -> dict[int, tuple[int, ...]]:
         index = self._global_index
         return {index[s.device]: tuple(s.data.shape) for s in buffer.addressable_shards}
-
-    def compile(
-        self,
-        fn: Callable[..., Sequence[jax.Array]],
-        arg_specs: Sequence[tuple[tuple[int, ...], str]],
-        device: Any = None,
-        arg_shardings: Sequence[Any] | None = None,
-        donate: tuple[int, ...] = (),
-        name: str | None = None,
-        keep_source: bool = False,
-        per_process: bool = False,
-    ) -> Executable:
-        mesh = None
-        if per_process:
-            if arg_shardings is not None:
-                raise ValueError(
-                    "lazax: a graph with collectives between the job's processes (on each "
-                    "process's own tensors) also reads tensors laid out over a mesh "
-                    "(mark_sharding); collectives take each process's own tensor, on "
-                    "lx.device()"
-                )
-            target = device or self.default_device
-            mesh = processes_mesh(self.devices.index(target))
-            fn = per_process_program(fn, mesh)
-            arg_shardings = [replicated(mesh)] * len(arg_specs)
-        executable = self._compile(
-            fn, arg_specs, device, arg_shardings, donate, name, keep_source, mesh
-        )
-        executable.name = name
-        executable.mesh = mesh
-        return executable
-
-    def program_text(
-        self,
-        fn: Callable[..., Sequence[jax.Array]],
-        arg_specs: Sequence[tuple[tuple[int, ...], str]],
-        device: Any = None,
-        arg_shardings: Sequence[Any] | None = None,
-        name: str | None = None,
-        form: str = "hlo",
-    ) -> str:
-        """The text of the program ``compile`` would build from the same arguments,
-        without compiling it: XLA's HLO before its optimizations (``"hlo"``, with the
-        shardings as XLA reads them) or jax's StableHLO (``"stablehlo"``)."""
-        if form not in ("hlo", "stablehlo"):
-            raise ValueError(f"lazax: a program's text is 'hlo' or 'stablehlo', not {form!r}")
-        lowered = self._lower(fn, arg_specs, device, arg_shardings, (), name)
-        return lowered.compiler_ir("hlo").as_hlo_text() if form == "hlo" else lowered.as_text()
-
-    def _lower(self, fn, arg_specs, device, arg_shardings, donate, name, mesh=None):
-        if name:
-            # jax names the XLA module (dumps, profiles) after the function:
-            # ``jit_<name>``, not every program ``jit_fn``.
-            inner = fn
-
-            def fn(*args):
-                return inner(*args)
-
-            fn.__name__ = fn.__qualname__ = name
-        jit_options = {}
-        if arg_shardings is None:
-            arg_shardings = [self._shardings[device or self.default_device]] * len(arg_specs)
-            if device is not None:  # a program with no inputs would run on the default
-                jit_options["out_shardings"] = self._shardings[device]
-        elif mesh is not None:
-            jit_options["out_shardings"] = replicated(mesh)
-        avals = [
-            jax.ShapeDtypeStruct(shape, numpy_dtype(dtype), sharding=sharding)
-            for (shape, dtype), sharding in zip(arg_specs, arg_shardings)
-        ]
-        with warnings.catch_warnings():
-            # The caller donates only arguments that an output can take over; where XLA
-            # still declines one (a layout it prefers), that costs memory, not results.
-            warnings.filterwarnings("ignore", message=_UNUSABLE_DONATION)
-            return jax.jit(fn, donate_argnums=tuple(donate), **jit_options).lower(*avals)
-
-    def _compile(
-        self, fn, arg_specs, device, arg_shardings, donate, name, keep_source=False, mesh=None
-    ) -> Executable:
-        self._check_fault("compile")
-        lowered = self._lower(fn, arg_specs, device, arg_shardings, donate, name, mesh)
-        num_outputs = len(lowered.out_info)
-        self._compiled = True
-        target = device or self.default_device
-        source = lowered.as_text() if keep_source else None
-        if self.persistent_cache is None:
-            executable = Executable(lowered.compile(), target, num_outputs, tuple(donate))
-            executable.source = source
-            return executable
-        hits = _PERSISTENT_EVENTS["hits"]
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            compiled = lowered.compile()
-        failures = []
-        for w in caught:
-            if "persistent compilation cache" in str(w.message):
-                failures.append(str(w.message))
-            elif _UNUSABLE_DONATION not in str(w.message):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        executable = Executable(compiled, target, num_outputs, tuple(donate))
-        executable.source = source
-        executable.persistent = "hit" if _PERSISTENT_EVENTS["hits"] > hits else "miss"
-        executable.load_failures = failures
-        return executable
-
-    def execute(self, executable: Executable, args: Sequence[Any]) -> tuple[jax.Array, ...]:
-        memory = self.memory
-        if executable.donate:
-            if executable.need_bytes > _CHECK_FREE_ABOVE:
-                self._check_room(executable, args)
-            memory.release([args[i] for i in executable.donate])
-        try:
-            self._check_fault("execute")
-            WATCHDOG.program = executable.name
-            # Dispatch can block (a CPU program that runs inline, a full queue).
-            with WATCHDOG.waiting("a program's dispatch"):
-                if executable.mesh is None:
-                    outputs = tuple(executable.compiled(*args))
-                else:
-                    mesh = executable.mesh
-                    wrapped = [to_global(a, mesh) for a in args]
-                    outputs = tuple(to_local(o) for o in executable.compiled(*wrapped))
-        except BaseException as err:
-            if executable.donate:  # not consumed: a synchronous failure donates nothing
-                memory.track([args[i] for i in executable.donate if not args[i].is_deleted()])
-            if is_out_of_memory(err):
-                raise DeviceOutOfMemory(str(err), executable, args) from err
-            raise
-        footprints = executable.footprints
-        if footprints is None:
-            footprints = executable.footprints = memory.footprints(outputs)
-        memory.track(outputs, executable.temp_bytes, footprints)
-        return outputs
-
-    def _check_room(self, executable: Executable, args) -> None:
-        """A donating program that cannot fit raises before it runs: some plugins (the
-        CPU's) consume donated buffers even when the execution then fails."""
-        stats = self.memory_stats(executable.device)
-        if "bytes_limit" in stats:
-            free = stats["bytes_limit"] - stats["bytes_in_use"]
-        else:
-            free = _host_available_bytes()
-        if free is not None and executable.need_bytes > free:
-            raise DeviceOutOfMemory(
-                f"RESOURCE_EXHAUSTED: the program needs {executable.need_bytes} bytes "
-                f"(new outputs and scratch) and {free} are free; not run, nothing donated",
-                executable,
-                args,
-            )
-
-    def memory_stats(self, device: Any = None) -> dict[str, Any]:
-        device = device or self.default_device
-        stats = None
-        try:
-            stats = device.memory_stats()
-        except Exception:  # a plugin without statistics
-            stats = None
-        if stats and "bytes_in_use" in stats:
-            out = {"source": "pjrt", **stats}
-            base = self.memory.pjrt_peak_base.get(device)
-            if base is not None and "peak_bytes_in_use" in stats:
-                # PJRT's peak cannot be reset; after a reset report the peak since then.
-                out["peak_bytes_in_use"] = max(stats["bytes_in_use"], self.memory.peak(device))
-            return out
-        return self.memory.stats(device)
-
-    def reset_peak_memory_stats(self, device: Any = None) -> None:
-        self.memory.reset_peak(device or self.default_device)
-
-    def release_caches(self) -> None:
-        """Drop jax's own trace, lowering and compilation caches (executables returned
-        by ``compile`` stay valid: their holders keep them)."""
-        jax.clear_caches()
-
-    def memory_maps(self) -> tuple[int, int] | None:
-        try:
-            with open("/proc/self/maps", "rb") as maps:
-                count = maps.read().count(b"\n")
-            with open("/proc/sys/vm/max_map_count", "rb") as limit:
-                return count, int(limit.read())
-        except (OSError, ValueError):
-            return None
-
-    def is_ready(self, buffer: jax.Array) -> bool:
-        """Whether ``buffer``'s value has been computed (never waits)."""
-        return buffer.is_ready()
-
-    def wait(self, buffers: Sequence[jax.Array]) -> None:
-        waiting = WATCHDOG.waiting(lambda: f"{len(buffers)} value(s) to be computed")
-        if self.process_count > 1:
-            with peers_watched(), waiting:
-                wait_watched(list(buffers))
-                jax.block_until_ready(list(buffers))
-            return
-        with waiting:
-            jax.block_until_ready(list(buffers))
-
-    def done_handle(self, buffer: jax.Array) -> jax.Array:
-        """A second reference to ``buffer``'s (first) device buffer, to wait on with
-        ``wait_done``: holding it leaves ``buffer``'s reference count as it was (the
-        executor's donation reads it) and does not stop ``buffer``'s donation."""
-        return buffer.addressable_data(0)
-
-    def wait_done(self, handle: jax.Array) -> bool:
-        """Block until ``handle`` (``done_handle``) is computed: its execution has ended;
-        False, without waiting, when its buffer was donated before or while waiting. No
-        watchdog: a thread that times executions calls it, never a waiting user."""
-        if handle.is_deleted():
-            return False
-        try:
-            handle.block_until_ready()
-        except Exception:
-            if handle.is_deleted():
-                return False
-            raise
-        return True
-
-    def wait_all(self) -> None:
-        live = [b for b in self.memory.live_buffers() if not b.is_deleted()]
-        if live:
-            self.wait(live)
