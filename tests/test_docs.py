@@ -3,6 +3,9 @@
 - Every relative link in README.md, docs/**/*.md and packages/*/README.md reaches a file
   or folder of the repository, and a `#anchor` reaches a heading of the Markdown file it
   names (GitHub's heading ids). External links (http, https, mailto) are not fetched.
+- No document points outside the repository: a link (or a path in inline code, such as
+  `../x.md`) that climbs above the repository's root, or resolves outside it, fails
+  even when the file exists on this machine, because a user's clone has nothing there.
 - The README's smallest training loop (the first ```python block under the heading
   "The smallest training loop") runs in a fresh process, on the tiny data it makes
   itself, within a minute.
@@ -41,6 +44,8 @@ _INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1")
 # of brackets (a link whose text is `a[i]`).
 _LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+# Inline code that is a relative path climbing up (`../shared/DESIGN.md`).
+_CODE_PATH = re.compile(r"(?:\.\./)+[^\s`]*")
 
 
 def prose_lines(text: str):
@@ -68,6 +73,36 @@ def links(text: str):
     joined = "\n".join(blanked)
     for match in _LINK.finditer(joined):
         yield joined.count("\n", 0, match.start()) + 1, match.group(1)
+
+
+def code_paths(text: str):
+    """(line number, path) of every inline code span outside fenced blocks that is a
+    relative path starting with `../`."""
+    for number, line in prose_lines(text):
+        for match in _INLINE_CODE.finditer(line):
+            content = match.group()[len(match.group(1)) : -len(match.group(1))].strip()
+            if _CODE_PATH.fullmatch(content):
+                yield number, content
+
+
+def outside_repository(folder: Path, target: str) -> str | None:
+    """Where ``target`` (relative to ``folder``) goes if that is outside the repository,
+    else None: it climbs above the root on the way (``../../main/x`` works only in a
+    clone whose folder is named ``main``) or resolves, links followed, outside it. Whether
+    the file exists does not matter."""
+    root = ROOT.resolve()
+    depth = len(folder.resolve().relative_to(root).parts)
+    for part in target.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return os.path.relpath(os.path.normpath(folder.resolve() / target), root)
+        elif part not in ("", "."):
+            depth += 1
+    resolved = (folder / target).resolve()
+    if resolved != root and root not in resolved.parents:
+        return os.path.relpath(resolved, root)
+    return None
 
 
 def github_slug(heading: str) -> str:
@@ -102,7 +137,8 @@ def anchors(path: Path) -> set[str]:
 
 def broken_links(path: Path) -> list[str]:
     problems = []
-    for number, target in links(path.read_text(encoding="utf-8")):
+    text = path.read_text(encoding="utf-8")
+    for number, target in links(text):
         if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):  # http:, https:, mailto:
             continue
         file_part, _, anchor = target.partition("#")
@@ -111,11 +147,15 @@ def broken_links(path: Path) -> list[str]:
         if file_part.startswith("/"):
             problems.append(f"{where} is absolute; write it relative to the file")
             continue
+        outside = outside_repository(path.parent, file_part) if file_part else None
+        if outside is not None:
+            problems.append(
+                f"{where} leaves the repository (to {outside}, from its root): a clone "
+                "has no such file; link a page of the repository instead"
+            )
+            continue
         if not linked.exists():
             problems.append(f"{where}: no file {os.path.relpath(linked, ROOT)}")
-            continue
-        if ROOT not in linked.parents and linked != ROOT:
-            problems.append(f"{where} leaves the repository")
             continue
         if anchor and linked.suffix == ".md":
             if anchor not in anchors(linked):
@@ -124,6 +164,13 @@ def broken_links(path: Path) -> list[str]:
                     f"{where}: no heading #{anchor} in {linked.relative_to(ROOT)} "
                     f"(its headings: {known})"
                 )
+    for number, target in code_paths(text):
+        outside = outside_repository(path.parent, target)
+        if outside is not None:
+            problems.append(
+                f"{path.relative_to(ROOT)}:{number}: (`{target}`) names a path outside the "
+                f"repository (to {outside}, from its root): a clone has no such file"
+            )
     return problems
 
 
@@ -157,6 +204,35 @@ def test_the_link_checker_finds_a_broken_link_and_anchor(tmp_path, monkeypatch):
     assert "page.md:2: (missing.md): no file missing.md" in problems[0]
     assert "no heading #not-a-heading in other.md" in problems[1]
     assert "page.md:7: (gone/too.md): no file gone/too.md" in problems[2]
+
+
+def test_the_link_checker_refuses_links_that_leave_the_repository(tmp_path, monkeypatch):
+    """A link out of the repository fails even when the file exists on this machine (a
+    clone has nothing there), and so does one that climbs out and back in; a path in
+    inline code that leaves fails too. Links inside, and `../` paths in code blocks, pass."""
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    monkeypatch.setitem(broken_links.__globals__, "ROOT", root)
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "DESIGN.md").write_text("# Design\n")
+    (root / "README.md").write_text("# Project\n")
+    page = root / "docs" / "page.md"
+    page.write_text(
+        "[up](../README.md) [here](page.md)\n"
+        "[out](../../shared/DESIGN.md) [gone](../../nowhere.md)\n"
+        "[round trip](../../repo/README.md)\n"
+        "The map is `../../shared/DESIGN.md`; the index is `../README.md`.\n"
+        "```\ncat ../../shared/DESIGN.md\n```\n"
+    )
+    problems = broken_links(page)
+    assert len(problems) == 4, problems
+    assert problems[0].startswith("docs/page.md:2: (../../shared/DESIGN.md) leaves the repository")
+    assert "(to ../shared/DESIGN.md, from its root)" in problems[0]
+    assert problems[1].startswith("docs/page.md:2: (../../nowhere.md) leaves the repository")
+    assert problems[2].startswith("docs/page.md:3: (../../repo/README.md) leaves the repository")
+    assert problems[3].startswith(
+        "docs/page.md:4: (`../../shared/DESIGN.md`) names a path outside the repository"
+    )
 
 
 def readme_block(heading: str, language: str) -> str:
