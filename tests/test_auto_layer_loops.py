@@ -86,9 +86,26 @@ def _step_program(layers: int) -> str:
     return last_program(step)
 
 
+def _unrolled_dots(layers: int) -> int:
+    """The matmuls of the unrolled step's program (its text only: nothing compiles)."""
+    model = llama(layers).to(DEV)
+    ids = IDS[0].to(DEV)
+    lx.sync()
+    with lx_exec.EXECUTOR.mode(scan_layers=False):
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    text = lx.program_text([loss, *grads], form="stablehlo")
+    lx.sync()
+    return text.count("stablehlo.dot_general")
+
+
 def test_a_deeper_llama_compiles_one_layers_worth_of_program():
+    one, unrolled_two = _unrolled_dots(1), _unrolled_dots(2)
+    assert unrolled_two > one > 0  # a layer holds matmuls: the count tells 1 layer from 2
     two, six = (_step_program(n).count("stablehlo.dot_general") for n in (2, 6))
-    assert two == six
+    # one layer's body (and what is outside the layers), whatever the depth
+    assert two == six == one, (one, two, six)
 
 
 def test_the_flag_comes_from_the_environment(monkeypatch):

@@ -12,6 +12,7 @@ from torch._higher_order_ops.while_loop import while_loop
 
 import lazax.dynamo  # noqa: F401  (torch runs these operators through dynamo)
 import lazax.modes as lx
+from lazax.executor import EXECUTOR
 
 DEV = lx.device()
 
@@ -84,15 +85,24 @@ def test_cond_takes_the_branch_the_cpu_takes_and_its_gradient(where, sign):
 def test_cond_is_one_program_for_both_predicates():
     w = torch.randn(4, 4).to(DEV)
     x = torch.rand(3, 4)
-    inputs = [(x * sign).to(DEV) for sign in (1.0, -1.0, 1.0)]
-    lx.sync()
+    signs = (1.0, -1.0, 1.0)
+    inputs = [(x * sign).to(DEV) for sign in signs]
+    lx.sync(wait=True)
+    # Earlier tests compiled these shapes: with their programs kept, a cond that compiled
+    # one program per branch would compile nothing here either.
+    EXECUTOR.reset_cache()
     compiles = []
-    for xl, sign in zip(inputs, (1.0, -1.0, 1.0)):
+    for xl, sign in zip(inputs, signs):
         before = counter("UncachedCompile")
-        out = with_cond(xl, w)[0].cpu()
+        out = with_cond(xl, w)[0]
+        # Both branches in the program, chosen on the device: one case, two matmuls.
+        program = lx.program_text([out], form="stablehlo")
+        assert program.count('"stablehlo.case"') == 1, program
+        assert program.count("stablehlo.dot_general") == 2, program
+        out = out.cpu()
         compiles.append(counter("UncachedCompile") - before)
         torch.testing.assert_close(out, with_cond(x * sign, w.cpu())[0])
-    assert compiles[0] <= 1 and compiles[1:] == [0, 0], compiles  # 0: compiled before
+    assert compiles == [1, 0, 0], compiles
 
 
 @pytest.mark.parametrize("where", WHERE)

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import lazax.executor as lx_exec
 import lazax.modes as lx
 from lazax.modes.testing import train_in_mode
 
@@ -83,19 +84,21 @@ def test_a_block_through_call_jax_trains_as_the_torch_block_on_the_cpu(mode):
     assert fallbacks() == before  # nothing ran on the CPU
 
 
-def test_lazy_training_through_call_jax_compiles_two_graphs_then_none():
+def test_lazy_training_through_call_jax_compiles_one_graph_then_none():
     torch.manual_seed(1)
     model = torch.nn.Sequential(Block(12, True), Block(12, True)).to(DEV)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    lx.sync(wait=True)
+    lx_exec.EXECUTOR.reset_cache()  # no step of an earlier test's shapes is kept
     compiles = []
     for _ in range(5):
         before = counter("UncachedCompile")
         _step(model, opt, torch.randn(4, 12).to(DEV), torch.randn(4, 12).to(DEV))
         lx.sync()
         compiles.append(counter("UncachedCompile") - before)
-    # The first step, the second (momentum buffers now exist), then nothing.
-    assert compiles[2:] == [0, 0, 0], compiles
-    assert sum(compiles) <= 2, compiles
+    # The first step is the steady step (its zero momentum buffers are made on the device,
+    # test_optimizer_state.py): one graph, then nothing.
+    assert compiles == [1, 0, 0, 0, 0], compiles
 
 
 def test_an_equal_function_made_anew_each_step_compiles_nothing_new():

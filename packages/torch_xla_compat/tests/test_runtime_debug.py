@@ -1,11 +1,14 @@
 """``torch_xla.runtime`` (xr), ``torch_xla.debug.metrics`` (met) and
 ``torch_xla.debug.profiler`` (xp) against torch_xla's documented behaviour."""
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import warnings
 
 import pytest
@@ -14,6 +17,7 @@ import torch_xla
 import torch_xla.debug.metrics as met
 import torch_xla.debug.profiler as xp
 import torch_xla.runtime as xr
+from jax.profiler import ProfileData
 
 import lazax.modes as lx
 
@@ -67,20 +71,27 @@ def test_use_spmd_makes_world_size_one(monkeypatch):
 def test_initialize_cache_keeps_compiled_programs_across_processes(tmp_path):
     script = textwrap.dedent(
         f"""
-        import torch, torch_xla, torch_xla.runtime as xr, torch_xla.debug.metrics as met
+        import json, torch, torch_xla, torch_xla.runtime as xr, torch_xla.debug.metrics as met
         xr.initialize_cache({str(tmp_path / "cache")!r})
         x = torch.arange(64.0, device=torch_xla.device()).reshape(8, 8)
-        print(((x @ x).sin().sum()).item())
+        value = ((x @ x).sin().sum()).item()
+        names = ("PersistentCacheHit", "PersistentCacheMiss", "UncachedCompile")
+        print(json.dumps({{"value": value, **{{n: met.counter_value(n) or 0 for n in names}}}}))
         """
     )
-    runs = [
-        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-        for _ in range(2)
-    ]
-    for run in runs:
-        assert run.returncode == 0, run.stderr[-2000:]
-    assert runs[0].stdout.splitlines()[0] == runs[1].stdout.splitlines()[0]
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = runs
     assert any((tmp_path / "cache").iterdir())
+    # The first process compiles and writes every program; the second reads them all.
+    assert first["PersistentCacheMiss"] == first["UncachedCompile"] > 0, first
+    assert first["PersistentCacheHit"] == 0, first
+    assert second["PersistentCacheMiss"] == 0, second
+    assert second["PersistentCacheHit"] == first["UncachedCompile"], (first, second)
+    assert second["value"] == first["value"]
 
 
 def test_metrics_count_compiles_and_executions_under_torch_xla_names():
@@ -167,6 +178,18 @@ def test_executed_fallback_ops_lists_the_ops_that_ran_on_the_cpu():
     assert met.counter_value("torch_xla_compat_test::twice") == 1
 
 
+def _trace_events(directory) -> list:
+    """The events of the one trace written under ``directory`` (its .xplane.pb, as
+    tests/test_profiling.py reads lazax's own): (name, start_ns, end_ns, stats)."""
+    (path,) = directory.rglob("*.xplane.pb")
+    return [
+        (e.name, e.start_ns, e.start_ns + e.duration_ns, dict(e.stats))
+        for plane in ProfileData.from_file(str(path)).planes
+        for line in plane.lines
+        for e in line.events
+    ]
+
+
 def test_trace_and_step_trace_annotate_and_step_trace_marks_the_step(tmp_path):
     dev = torch_xla.device()
     before = (met.metric_data("ExecuteTime") or (0,))[0]
@@ -185,12 +208,37 @@ def test_trace_and_step_trace_annotate_and_step_trace_marks_the_step(tmp_path):
         xp.stop_trace()
     assert met.metric_data("ExecuteTime")[0] == before + 1  # StepTrace synced
     torch.testing.assert_close(z.cpu(), torch.full((4,), 4.0))
-    assert any(path.is_file() for path in tmp_path.rglob("*"))
+    events = _trace_events(tmp_path)
+    spans = {name: (start, end, stats) for name, start, end, stats in events}
+    (step_start, step_end, step_stats) = spans["train_step"]
+    assert step_stats.get("step_num") == 3
+    forward_start, forward_end, _ = spans["forward"]
+    assert step_start <= forward_start <= forward_end <= step_end  # nested in the step
+    syncs = [(s, e) for name, s, e, _ in events if name.startswith("lazax::sync")]
+    assert any(step_start <= s <= e <= step_end for s, e in syncs), syncs  # at its end
+    assert spans["helper"][0] >= step_end
 
 
 def test_trace_captures_this_process_for_a_duration(tmp_path):
-    xp.trace("localhost:9012", str(tmp_path), duration_ms=50)
-    assert any(path.is_file() for path in tmp_path.rglob("*"))
+    x = torch.ones(4, device=torch_xla.device())
+    stop = threading.Event()
+
+    def work():  # this process's activity while the capture runs
+        while not stop.is_set():
+            with xp.Trace("during_capture"):
+                (x * 2).sum().item()
+            time.sleep(0.005)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        xp.trace("localhost:9012", str(tmp_path), duration_ms=200)
+    finally:
+        stop.set()
+        worker.join()
+    names = {name for name, *_ in _trace_events(tmp_path)}
+    assert "during_capture" in names
+    assert any(name.startswith("lazax::execute") for name in names), sorted(names)
 
 
 def test_start_server_starts_jax_profiler_server():

@@ -35,6 +35,16 @@ def test_sync_runs_pending_work_as_one_graph():
     torch.testing.assert_close(y.cpu(), (x.cpu() @ x.cpu()).relu() + 1)
 
 
+def _graphs() -> list[int]:
+    """[graphs compiled or found compiled, graphs executed, graphs compiled] so far."""
+    uncached = met.counter_value("UncachedCompile") or 0
+    return [uncached + (met.counter_value("CachedCompile") or 0), _executions(), uncached]
+
+
+def _since(before: list[int]) -> list[int]:
+    return [now - then for now, then in zip(_graphs(), before)]
+
+
 def test_compile_is_one_graph_per_call_and_a_context_manager():
     dev = torch_xla.device()
 
@@ -43,11 +53,24 @@ def test_compile_is_one_graph_per_call_and_a_context_manager():
 
     compiled = torch_xla.compile(f)
     a, b = torch.randn(3, 3), torch.randn(3, 3)
-    out = compiled(a.to(dev), b.to(dev))
-    torch.testing.assert_close(out.cpu(), f(a, b))
+    a_dev, b_dev = a.to(dev), b.to(dev)
+    torch_xla.sync(wait=True)
+    for call in range(3):
+        before = _graphs()
+        out = compiled(a_dev, b_dev)
+        graphs = _since(before)
+        # one graph, run at the call's end (compiled the first time, unless an earlier
+        # test did), and nothing more when the output is read
+        assert graphs[:2] == [1, 1] and (call == 0 or graphs[2] == 0), (call, graphs)
+        torch.testing.assert_close(out.cpu(), f(a, b))
+        assert _since(before) == graphs
+    before = _graphs()
     with torch_xla.compile(name="block"):
-        c = a.to(dev) * 3
-    torch.testing.assert_close(c.cpu(), a * 3)
+        c = a_dev * 3
+        c = c + b_dev
+    assert _since(before)[:2] == [1, 1]  # the block's two ops: one graph, at its end
+    torch.testing.assert_close(c.cpu(), a * 3 + b)
+    assert _since(before)[:2] == [1, 1]
 
 
 def test_compile_full_graph_refuses_a_host_read():
