@@ -37,6 +37,7 @@ from .barrier.debug import (  # noqa: E402
 )
 from .barrier.executor import EXECUTOR, GraphExecutor  # noqa: E402
 from .barrier.lower import lower as lower_graph  # noqa: E402
+from .barrier.map_guard import MemoryMapsExhausted  # noqa: E402
 from .barrier.placement import place_arguments as place_sharded_arguments  # noqa: E402
 from .barrier.placement import placement as sharded_placement  # noqa: E402
 from .barrier.placement import signature as sharding_signature  # noqa: E402
@@ -170,6 +171,7 @@ __all__ = [
     "process_group_made",
     "traced_backward_setting",
     "LazyTensor",
+    "MemoryMapsExhausted",
     "Mesh",
     "Sharding",
     "Storage",

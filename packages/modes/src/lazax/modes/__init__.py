@@ -23,6 +23,7 @@ print(lx.program_text([loss]))     # the HLO the next sync would compile, run no
 from lazax import executor as _executor
 from lazax.executor import (
     GraphLimitExceeded,
+    MemoryMapsExhausted,
     Mesh,
     Shard,
     Sharding,
@@ -69,6 +70,7 @@ __all__ = [
     "CompiledRegion",
     "DeviceLoader",
     "GraphLimitExceeded",
+    "MemoryMapsExhausted",
     "Mesh",
     "Sharding",
     "__version__",

@@ -71,6 +71,7 @@ class Executable:
         "name",
         "source",
         "mesh",
+        "__weakref__",  # the map guard checks whether an evicted program was freed
     )
 
     def __init__(

@@ -23,7 +23,9 @@ Contract of ``CompileStage``:
 - The persistent tier (``LAZAX_PERSISTENT_CACHE_DIR``) is set up at the first use of the
   runtime; its hits, misses and unreadable entries are counted.
 - An eviction from the LRU is counted; every capacity's worth of them lets jax drop its
-  own caches (see ``_on_evict``); the map guard watches the OS's mapping limit.
+  own caches (see ``_on_evict``); the map guard watches the OS's mapping limit, and a
+  compile that fails for lack of mappings or memory raises ``MemoryMapsExhausted``
+  before any tensor changes.
 Both the barrier and a captured graph's replay compile here.
 """
 
@@ -217,6 +219,7 @@ class CompileStage:
             )
             why = why or f"first compile of {report_site}"
         dumps = self.dumps
+        self.map_guard.before_compile(runtime)
         start = perf_counter()
         with span("compile", name), metrics.timed(timer):
             fn, arg_specs = lower_fn()
@@ -228,16 +231,23 @@ class CompileStage:
                     agree(runtime, key, lines, *site, error=differ)
             if arg_shardings is not None:
                 arg_shardings = packing.shardings(arg_shardings)
-            entry = self.compile_executable(
-                fn,
-                arg_specs,
-                arg_shardings,
-                packing.donated(donate),
-                name,
-                keep_source=dumps.directory is not None,
-                device=device,
-                per_process=per_process,
-            )
+            try:
+                entry = self.compile_executable(
+                    fn,
+                    arg_specs,
+                    arg_shardings,
+                    packing.donated(donate),
+                    name,
+                    keep_source=dumps.directory is not None,
+                    device=device,
+                    per_process=per_process,
+                )
+            except Exception as err:
+                if not self.map_guard.out_of_maps(err):
+                    raise
+                raise self.map_guard.exhausted(
+                    f"XLA could not compile {name or 'a graph'} ({err})"
+                ) from err
         seconds = perf_counter() - start
         metrics.record_compile(name or "unnamed", seconds)
         metrics.bump("CreateCompileHandles")
@@ -245,7 +255,7 @@ class CompileStage:
         # The device-side checks the trace found (``lower``): one more output.
         entry.annotations = Program(list(fn.checks) or None, packing, fn.positions)
         self.cache.put(key, entry)
-        self.map_guard.after_compile(self.cache, self.runtime)
+        self.map_guard.after_compile(key, seconds, self.cache, runtime)
         if dumps.directory is not None:
             dumps.write(self.runtime, name or "unnamed", entry, facts, named_key, why, seconds)
         return entry
