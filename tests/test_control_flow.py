@@ -10,7 +10,6 @@ import torch
 from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
-import lazax.dynamo  # noqa: F401  (torch runs these operators through dynamo)
 import lazax.modes as lx
 from lazax.executor import EXECUTOR
 

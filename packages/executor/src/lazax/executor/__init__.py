@@ -89,7 +89,14 @@ from .hooks.module_moves import install as _install_module_moves  # noqa: E402
 from .hooks.pinned import install as _install_pinned  # noqa: E402
 from .hooks.storages import install as _install_storages  # noqa: E402
 from .interop import call_jax, from_jax, prepare_call_jax, register_lowering, to_jax  # noqa: E402
-from .loops import install_auto_loops, install_control_flow, scan_layers  # noqa: E402
+from .loops import (  # noqa: E402
+    install_auto_loops,
+    install_control_flow,
+    install_into_dynamo,
+    install_when_dynamo_loads,
+    scan_layers,
+    unknown_torch,
+)
 from .ops import (  # noqa: E402
     DuplicateLoweringError,
     checked_ops,
@@ -126,6 +133,7 @@ _install_data_dependent()
 _install_functional_collectives()
 install_auto_loops()
 install_control_flow()
+install_when_dynamo_loads()
 
 
 def _let_optimizers_use_foreach() -> None:
@@ -197,6 +205,8 @@ __all__ = [
     "lowered_text",
     "load_sharded",
     "lowering",
+    "install_into_dynamo",
+    "unknown_torch",
     "mark_sharding",
     "manual_all_gather",
     "manual_all_reduce",

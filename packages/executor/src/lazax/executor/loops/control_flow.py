@@ -1,17 +1,17 @@
 """torch's control-flow operators on lazax tensors, as XLA's own control flow.
 
 Contract: ``install()`` registers, for lazax tensors, the higher-order operators behind
-``torch.cond``, ``torch._higher_order_ops.while_loop`` and
-``torch._higher_order_ops.scan``. Each traces its functions once on stand-ins
-(``functions.trace``) and becomes one ``call_jax`` node: ``lax.cond``,
-``lax.while_loop`` and ``lax.scan`` of lazax's lowering of them. No branch runs on the
-host and the predicate is never read. Gradients: ``torch.cond`` and ``scan`` take
+``torch.cond``, ``torch._higher_order_ops.while_loop``, ``torch._higher_order_ops.scan``
+and ``torch._higher_order_ops.map`` (``OPERATORS``). Each traces its functions once on
+stand-ins (``functions.trace``) and becomes one ``call_jax`` node: ``lax.cond``,
+``lax.while_loop``, ``lax.scan`` and ``lax.map`` of lazax's lowering of them. No branch runs on the
+host and the predicate is never read. Gradients: ``torch.cond``, ``scan`` and ``map`` take
 torch's own autograd rules for the operators (which call them again with their backward
 functions); ``while_loop`` has none in torch either.
 
-torch runs these operators through dynamo even outside ``torch.compile``, so lazax
-tensors need ``import lazax.dynamo`` (which teaches dynamo the lazax tensor) before the
-first call; under ``torch.compile(backend="lazax")`` it is imported already.
+torch runs these operators through dynamo even outside ``torch.compile``: dynamo learns
+the lazax tensor when it is imported (``dynamo_tensor``), so they work after ``import
+lazax.modes`` alone.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import torch
 import torch.utils._pytree as pytree
 from torch._higher_order_ops.cond import cond_op
+from torch._higher_order_ops.map import map_impl
 from torch._higher_order_ops.scan import scan_op
 from torch._higher_order_ops.while_loop import while_loop_op
 
@@ -28,7 +29,7 @@ from ..interop.calls import call_jax
 from ..tensor.lazy import LazyTensor
 from .functions import trace
 
-__all__ = ["install"]
+__all__ = ["OPERATORS", "install"]
 
 # One JAX function per combination of traced bodies, so that call_jax finds its node.
 _FUNCTIONS: dict[tuple, object] = {}
@@ -163,7 +164,35 @@ def _scan(combine_fn, init, xs, additional_inputs):
     return list(call_jax(run, init, xs, extra, step.consts))
 
 
+def _map(f, xs, pos_args):
+    xs = _tensors_only(xs, "map")
+    extra, put_back = _numbers_apart(pos_args)
+    n = len(xs)
+    step = trace(
+        lambda *v: f(*v[:n], *put_back(v[n:])),
+        [x.select(0, 0) for x in xs] + extra,
+        "map's f",
+    )
+    body = step.body
+
+    def make():
+        def run(xs, extra, consts):
+            return jax.lax.map(
+                lambda sliced: body({"inputs": [*sliced, *extra], "consts": consts}), list(xs)
+            )
+
+        return run
+
+    run = _cached(("map", id(body)), make)
+    return step.rebuild(call_jax(run, xs, extra, step.consts))
+
+
+# The operators lazax runs as XLA's control flow, with their rules.
+_RULES = {cond_op: _cond, while_loop_op: _while_loop, scan_op: _scan, map_impl: _map}
+OPERATORS = tuple(_RULES)
+
+
 def install() -> None:
-    for op, rule in ((cond_op, _cond), (while_loop_op, _while_loop), (scan_op, _scan)):
+    for op, rule in _RULES.items():
         if LazyTensor not in op.python_key_table:
             op.py_impl(LazyTensor)(rule)
