@@ -11,9 +11,9 @@ serves every run of a cached program.
   or more (dtype names sorted) holding that dtype's numbers in parameter order. Without
   such a dtype it returns ``values`` itself.
 - ``unpack(args)``: inside the traced program, one value per parameter again (a pack's
-  element ``k`` is ``pack[k]``, a static slice; a device buffer that holds its value
-  padded, split unevenly over a mesh (``lazax.pjrt.padded_shape``), is sliced back to
-  the parameter's shape).
+  element ``k`` is the ``k``-th piece of one ``lax.split`` of the pack, static slices;
+  a device buffer that holds its value padded, split unevenly over a mesh
+  (``lazax.pjrt.padded_shape``), is sliced back to the parameter's shape).
 - ``arg_specs``: the arguments' ``(shape, dtype name)`` (a padded buffer's own shape:
   the input shardings in the cache key fix the padding); ``donated(indices)`` and
   ``shardings(per_parameter)``: parameter positions and shardings as argument ones.
@@ -28,6 +28,7 @@ array per dtype instead of one scalar per number.
 from __future__ import annotations
 
 import numpy as np
+from jax import lax
 
 from lazax import ir
 from lazax.pjrt import numpy_dtype, trim
@@ -95,7 +96,16 @@ class Packing:
         if not self.packs:
             values = list(args)
         else:
-            values = [args[a] if e is None else args[a][e] for a, e in self.places]
+            # One split per pack, not one indexing per number: jax's indexing costs
+            # ~0.15 ms of tracing each (0.7 s of a 4,000-number graph's first call).
+            first = len(self.singles)
+            pieces = {
+                first + k: [
+                    lax.reshape(v, ()) for v in lax.split(args[first + k], [1] * len(slots))
+                ]
+                for k, (_, slots) in enumerate(self.packs)
+            }
+            values = [args[a] if e is None else pieces[a][e] for a, e in self.places]
         for i, shape in self.trims:
             values[i] = trim(values[i], shape)
         return values
