@@ -106,9 +106,11 @@ def fuzz(session: nox.Session) -> None:
 @nox.session
 def soak(session: nox.Session) -> None:
     """The long runs at full length: 10,000 training steps per mode, 5,000 shapes with
-    a cache of 64; each run's checkpoints appended to soak-report.jsonl."""
-    install_all(session)
+    a cache of 64, and two 64-token generate() runs against the OS's mapping limit
+    (``tests/long_run_maps.py``); each run's report appended to soak-report.jsonl."""
+    install_all(session, "transformers")
     env = {
+        "LAZAX_LONG_RUN_MAPS": "1",
         "LAZAX_LONG_RUN_STEPS": "10000",
         "LAZAX_LONG_RUN_SHAPES": "5000",
         "LAZAX_LONG_RUN_REPORT": str(ROOT / "soak-report.jsonl"),

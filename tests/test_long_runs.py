@@ -74,3 +74,28 @@ def test_ever_new_shapes_with_a_small_cache_stay_bounded_and_right():
     assert first["cache_entries"] == last["cache_entries"] == CACHE_SIZE
     assert result["counters"]["CacheEvictions"] >= SHAPES - 2 * CACHE_SIZE
     _assert_flat(first, last)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("LAZAX_LONG_RUN_MAPS"),
+    reason="~30 minutes: nox -s soak (LAZAX_LONG_RUN_MAPS=1)",
+)
+def test_programs_past_the_mapping_limit_evict_instead_of_killing_the_process():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "long_run_maps.py"), "--tokens", "64"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if REPORT:
+        with open(REPORT, "a") as f:
+            f.write(json.dumps({"args": ["maps"], **result}) + "\n")
+    assert result["lazy_equal"] and result["dynamo_equal"], result
+    # The programs together held more than the limit allows: the guard had to evict,
+    # and the process never came near the limit.
+    assert result["evictions"] > 0, result
+    assert result["peak_maps"] < 0.75 * result["limit"], result

@@ -226,8 +226,7 @@ def _holders(alive: list) -> str:
                 owners = [
                     type(o).__qualname__
                     for o in gc.get_referrers(holder)
-                    if o is not alive and not isinstance(o, (*skip, list))
-                    and type(o) is not dict
+                    if o is not alive and not isinstance(o, (*skip, list)) and type(o) is not dict
                 ]
                 name = f"a {name} in {' / '.join(sorted(set(owners)))}" if owners else name
             kinds[name] = kinds.get(name, 0) + 1

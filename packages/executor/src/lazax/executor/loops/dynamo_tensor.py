@@ -3,8 +3,9 @@
 Contract: ``install()`` (idempotent) makes dynamo treat ``LazyTensor`` as any tensor on a
 device, keeps dynamo out of lazax's own Python code, has dynamo run ``call_jax``'s
 preparation instead of tracing it, and lets torch's control-flow operators pass
-AOTAutograd's custom-op check. ``install_when_dynamo_loads()`` does each part now if the torch module it reaches into
-is loaded, and otherwise right after that module's import, whoever imports it.
+AOTAutograd's custom-op check. ``install_when_dynamo_loads()`` does each part now if
+the torch module it reaches into is loaded, and otherwise right after that module's
+import, whoever imports it.
 
 Why at dynamo's import and not at ``import lazax``: torch runs ``torch.cond``,
 ``while_loop``, ``scan`` and ``map`` through ``torch.compile`` even outside a compiled
