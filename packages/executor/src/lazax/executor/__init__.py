@@ -29,6 +29,7 @@ from ._version import __version__  # noqa: E402
 from .barrier.agreement import GraphsDifferError  # noqa: E402
 from .barrier.agreement import describe as describe_graph  # noqa: E402
 from .barrier.checks import CHECKS  # noqa: E402
+from .barrier.compile_limit import CompileLimitExceeded  # noqa: E402
 from .barrier.debug import (  # noqa: E402
     GraphCountSession,
     GraphLimitExceeded,
@@ -166,6 +167,7 @@ __all__ = [
     "CHECKS",
     "DEVICE_NAME",
     "CaptureBroken",
+    "CompileLimitExceeded",
     "EXECUTOR",
     "RNG",
     "Replay",

@@ -18,10 +18,12 @@ y = lx.call_jax(jax_fn, x, w)      # a JAX function as one node of the graph (do
 a = lx.to_jax(t); t = lx.from_jax(a)                  # the same buffer, no copy
 lx.holds_device_data(t)            # False while t is pending IR, True once synced
 print(lx.program_text([loss]))     # the HLO the next sync would compile, run nothing
+with lx.compile_limit(0): serve()   # after warm-up: a new program raises, naming why
 """
 
 from lazax import executor as _executor
 from lazax.executor import (
+    CompileLimitExceeded,
     GraphLimitExceeded,
     MemoryMapsExhausted,
     Mesh,
@@ -67,6 +69,7 @@ from ._memory import (
 from ._version import __version__
 
 __all__ = [
+    "CompileLimitExceeded",
     "CompiledRegion",
     "DeviceLoader",
     "GraphLimitExceeded",
@@ -77,6 +80,7 @@ __all__ = [
     "call_jax",
     "clear_sharding",
     "compile",
+    "compile_limit",
     "device",
     "device_count",
     "device_type",
@@ -164,6 +168,17 @@ def process_count() -> int:
     """How many processes the job has (1 unless jax's distributed runtime joined
     several)."""
     return _executor.EXECUTOR.runtime.process_count
+
+
+def compile_limit(limit: int = 0):
+    """``with lx.compile_limit(0): serve(...)``: at most ``limit`` new programs compile
+    inside the block, in any mode (lazy syncs, eager ops, ``lx.compile`` regions,
+    ``torch.compile(backend="lazax")`` graphs); the next raises
+    ``lx.CompileLimitExceeded`` at the call that would compile it, naming it and what
+    changed since its site last compiled, before anything runs (every tensor keeps its
+    value). Programs already cached (warm-up) run freely; one read from the persistent
+    cache counts, as it was not in memory. Blocks nest: each counts its own."""
+    return _executor.EXECUTOR.compile_limit(limit)
 
 
 def sync(wait: bool = False) -> None:

@@ -25,7 +25,8 @@ Contract of ``CompileStage``:
 - An eviction from the LRU is counted; every capacity's worth of them lets jax drop its
   own caches (see ``_on_evict``); the map guard watches the OS's mapping limit, and a
   compile that fails for lack of mappings or memory raises ``MemoryMapsExhausted``
-  before any tensor changes.
+  before any tensor changes; inside ``limits.limited(n)`` (``compile_limit``) a
+  compile past the ``n``-th raises ``CompileLimitExceeded`` before it is lowered.
 Both the barrier and a captured graph's replay compile here.
 """
 
@@ -41,6 +42,7 @@ from .. import metrics
 from ..config import settings
 from ..profiling import span
 from .agreement import CollectiveGraphsDiffer, GraphsDifferError, agree
+from .compile_limit import CompileLimitExceeded, CompileLimits
 from .dump import GraphDumps
 from .keys import GraphFacts, KeyParts, RecompileLog
 from .map_guard import MapGuard
@@ -74,6 +76,7 @@ class CompileStage:
         self._persistent_checked = False
         self.recompiles = RecompileLog()
         self.map_guard = MapGuard()
+        self.limits = CompileLimits()  # compile_limit(n) blocks in force
         self.dumps = GraphDumps(settings().dump_dir)
 
     @property
@@ -211,13 +214,23 @@ class CompileStage:
             if any(pjrt.spans_processes(s) for s in arg_shardings):
                 agree(runtime, key, lines, *site)
         named_key = why = None
+        report_site = report_as or name or "a graph"
         if facts is not None:
             named_key = self.keys.cache_key(facts, shardings, donate)
-            report_site = report_as or name or "a graph"
+            before = self.recompiles.last.get(report_site)
             why = self.recompiles.on_compile(
                 report_site, facts, named_key, site[1], shardings, donate
             )
             why = why or f"first compile of {report_site}"
+        try:
+            self.limits.check(why or "its graph is not in the cache", report_site, site[1])
+        except CompileLimitExceeded:
+            if facts is not None:  # not compiled: the site's last program is unchanged
+                if before is None:
+                    self.recompiles.last.pop(report_site, None)
+                else:
+                    self.recompiles.last[report_site] = before
+            raise
         dumps = self.dumps
         self.map_guard.before_compile(runtime)
         start = perf_counter()

@@ -73,6 +73,12 @@ class ExecutorFlags:
             for name, value in saved.items():
                 setattr(self, name, value)
 
+    def compile_limit(self, limit: int):
+        """``with EXECUTOR.compile_limit(0): ...``: at most ``limit`` new programs
+        compile inside the block; the next raises ``CompileLimitExceeded`` (see
+        ``compile_limit``)."""
+        return self.compiler.limits.limited(limit)
+
     # -- what the compile stage owns, as the modes and tools read it ------------------
     @property
     def runtime(self) -> pjrt.PjrtRuntime:

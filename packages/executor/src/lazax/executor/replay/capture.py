@@ -261,9 +261,8 @@ class Replay:
         # error; torch_xla stops here).
         evicted = donate in self.compiled
         metrics.bump("DynamoRecompileAfterEviction" if evicted else "UncachedCompile")
-        self.compiled.add(donate)
         runtime = EXECUTOR.compiler.runtime
-        return EXECUTOR.compiler.compile(
+        entry = EXECUTOR.compiler.compile(
             key,
             lambda: self.lowered,
             arg_shardings=None if self.placement is None else self.placement[1],
@@ -275,6 +274,9 @@ class Replay:
             shardings=None if self.placement is None else self.placement[0],
             device=runtime.devices[self.device_index] if self.device_index else None,
         )
+        # Only once it compiled: a refused compile (compile_limit) is no eviction later.
+        self.compiled.add(donate)
+        return entry
 
     def run(self, args):
         """The graph's outputs for ``args`` (see the module docstring); a profiler span
