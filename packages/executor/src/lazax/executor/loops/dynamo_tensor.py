@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
-import importlib.machinery
 import sys
 import threading
 
@@ -194,9 +193,16 @@ class _AfterLoadFinder(importlib.abc.MetaPathFinder):
             return None
         if not self.waiting:
             sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _InstallAfterLoad(spec.loader, then)
+        spec = None
+        for finder in list(sys.meta_path):  # whichever finder would have found it
+            find = getattr(finder, "find_spec", None)
+            if finder is not self and find is not None:
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _InstallAfterLoad(spec.loader, then)
         return spec
 
 
