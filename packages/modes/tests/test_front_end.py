@@ -1,6 +1,9 @@
 """lazax.modes: the public front-end (device, sync, metrics)."""
 
 import gc
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -85,7 +88,45 @@ def test_traced_op_counts_count_eager_ops_too():
         assert lx.metrics.traced_op_counts() == {"aten::exp": 1}
 
 
-def test_each_op_on_a_lazax_tensor_is_one_lazy_tracing_sample():
+@pytest.fixture
+def op_metrics():
+    before = lx.metrics.op_metrics()
+    lx.metrics.set_op_metrics(True)
+    yield
+    lx.metrics.set_op_metrics(before)
+
+
+def test_per_op_metrics_are_off_by_default():
+    code = "import lazax.modes as lx; print(lx.metrics.op_metrics())"
+    env = {k: v for k, v in os.environ.items() if k != "LAZAX_OP_METRICS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+def test_per_op_metrics_off_install_nothing_and_count_nothing():
+    import lazax.executor as lx_exec
+    from lazax.executor.dispatch import handlers
+
+    before = lx.metrics.op_metrics()
+    lx.metrics.set_op_metrics(False)  # (the torch_xla package, if imported, turned them on)
+    assert lx_exec.LazyTensor.__torch_dispatch__.__func__ is handlers.dispatch
+    assert "__del__" not in lx_exec.LazyTensor.__dict__
+    lx.metrics.clear_all()
+    x = torch.ones(4).to(lx.device())
+    del x
+    y = torch.ones(3).to(lx.device()) * 2
+    gc.collect()
+    assert lx.metrics.counter_value("CreateXlaTensor") is None
+    assert lx.metrics.counter_value("DestroyXlaTensor") is None
+    assert "LazyTracing" not in lx.metrics.metric_names()
+    del y
+    lx.metrics.set_op_metrics(True)
+    assert lx_exec.LazyTensor.__torch_dispatch__.__func__ is handlers.dispatch_timed
+    assert "__del__" in lx_exec.LazyTensor.__dict__
+    lx.metrics.set_op_metrics(before)
+
+
+def test_each_op_on_a_lazax_tensor_is_one_lazy_tracing_sample(op_metrics):
     x = torch.ones(4).to(lx.device())
     lx.sync()
     lx.metrics.clear_all()
@@ -96,7 +137,7 @@ def test_each_op_on_a_lazax_tensor_is_one_lazy_tracing_sample():
     del y
 
 
-def test_tensors_made_and_freed_are_counted():
+def test_tensors_made_and_freed_are_counted(op_metrics):
     gc.collect()
     lx.metrics.clear_all()
     x = torch.tensor(2.0, device=lx.device())  # one tensor, as torch_xla counts it

@@ -19,6 +19,7 @@ recompile), so a test or a launcher that sets a variable before that point is ob
 | ``LAZAX_DUMP_DIR`` | unset | write each compiled graph's IR, StableHLO and HLO there |
 | ``LAZAX_DEVICE_NAME`` | lazax | the device's name, read once at import: ``lazax`` or ``xla`` |
 | ``LAZAX_DEVICE_TIMING`` | 0 | time each run to the device's end, not its dispatch (``metrics``) |
+| ``LAZAX_OP_METRICS`` | 0 | keep the per-op metrics (``LazyTracing``, tensors made and freed) |
 
 The computation cache reads its own (``LAZAX_COMPILATION_CACHE_SIZE``,
 ``LAZAX_PERSISTENT_CACHE_DIR``, ``LAZAX_PERSISTENT_CACHE_READ_ONLY``: ``lazax.cache``),
@@ -78,6 +79,7 @@ class Settings:
     fallback: str
     dump_dir: str | None
     device_timing: bool
+    op_metrics: bool
 
 
 def settings() -> Settings:
@@ -94,6 +96,7 @@ def settings() -> Settings:
         fallback=_fallback_mode(env.get("LAZAX_FALLBACK")),
         dump_dir=env.get("LAZAX_DUMP_DIR") or None,
         device_timing=_flag("LAZAX_DEVICE_TIMING", False),
+        op_metrics=_flag("LAZAX_OP_METRICS", False),
     )
 
 

@@ -24,7 +24,10 @@ onto a lazax tensor (eager ops too; a replayed region traces nothing).
 ``set_device_timing(True)`` (or ``LAZAX_DEVICE_TIMING=1``; on under the torch_xla
 package) times it to the device's end instead, at 45-85 us per run on a 2-core CPU, and
 then reading a metric waits for the runs already dispatched. ``device_timing()`` says
-which.
+which. The per-op metrics (``LazyTracing``, ``CreateXlaTensor``, ``DestroyXlaTensor``)
+are kept only while ``op_metrics()`` is on: ``set_op_metrics(True)``,
+``LAZAX_OP_METRICS=1``, or importing the torch_xla package; off (the default) the code
+that keeps them is not installed, saving ~0.6 us of a traced op's ~8.6 us.
 """
 
 from lazax.executor.metrics import (
@@ -37,8 +40,10 @@ from lazax.executor.metrics import (
     metric_names,
     metric_unit,
     metrics_report,
+    op_metrics,
     recompile_reports,
     set_device_timing,
+    set_op_metrics,
     short_metrics_report,
     traced_op_counts,
 )
@@ -53,8 +58,10 @@ __all__ = [
     "metric_names",
     "metric_unit",
     "metrics_report",
+    "op_metrics",
     "recompile_reports",
     "set_device_timing",
+    "set_op_metrics",
     "short_metrics_report",
     "traced_op_counts",
 ]

@@ -22,13 +22,15 @@ transfer), ``InputOutputAliasCount`` (donated inputs per compiled program),
 ``CreateCompileHandles`` and ``CreateDataHandles`` (executables and device buffers
 made), ``CreateXlaTensor`` / ``DestroyXlaTensor`` (lazax tensors made and freed) and
 ``LazyTracing`` (each op's time in lazax's dispatch) are lazax's own, under torch_xla's
-names. ``ExecuteTime`` runs, as torch_xla's, from a program's dispatch to the device's
-end: importing this package turns on lazax's device timing
-(``lx.metrics.set_device_timing``) unless ``LAZAX_DEVICE_TIMING`` is set; reading a
-metric then waits for the programs already dispatched. A host read of one element
-(``.item()``, ``if t:``) counts as ``aten::_local_scalar_dense``, a CPU fallback in
-torch_xla, where its users look for it. Batch norm counts as ``xla::native_batch_norm``,
-torch_xla's lowering of every ``_native_batch_norm_legit*`` op lazax traces.
+names; importing this package keeps the last three (``lx.metrics.set_op_metrics``),
+which lazax alone keeps only on request, unless ``LAZAX_OP_METRICS`` is set.
+``ExecuteTime`` runs, as torch_xla's, from a program's dispatch to the device's end:
+importing this package turns on lazax's device timing (``lx.metrics.set_device_timing``)
+unless ``LAZAX_DEVICE_TIMING`` is set; reading a metric then waits for the programs
+already dispatched. A host read of one element (``.item()``, ``if t:``) counts as
+``aten::_local_scalar_dense``, a CPU fallback in torch_xla, where its users look for it.
+Batch norm counts as ``xla::native_batch_norm``, torch_xla's lowering of every
+``_native_batch_norm_legit*`` op lazax traces.
 ``short_metrics_report(counter_names, metric_names)``: the full report's entries of
 those names (torch_xla's default lists where None) and the CPU-fallback counters.
 """
@@ -41,6 +43,8 @@ from .. import _counters
 
 if "LAZAX_DEVICE_TIMING" not in os.environ:  # the user's choice wins
     _metrics.set_device_timing(True)
+if "LAZAX_OP_METRICS" not in os.environ:  # torch_xla keeps them always
+    _metrics.set_op_metrics(True)
 
 __all__ = [
     "clear_all",

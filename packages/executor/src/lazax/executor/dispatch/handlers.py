@@ -8,8 +8,9 @@ that reached lazax below autograd (under ``torch.inference_mode``, or while a bo
 traced), torch's own decomposition, else the CPU fallback. Elementwise ``_foreach_*``
 ops run once per stacked storage where their lists cover one row by row
 (``foreach_rows``).
-Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``). Each op's time in
-its handler is one sample of the ``LazyTracing`` metric (torch_xla's name).
+Ops and syncs take ``EXECUTOR.sync_lock`` in turn (see ``dispatch``). While the per-op
+metrics are on (``metrics.op_metrics``), ``dispatch_timed`` is installed instead: each
+op's time in its handler is one sample of the ``LazyTracing`` metric (torch_xla's name).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .plans import FUNCTIONAL, INPLACE, VIEW, OpPlan
 from .run import run_in_place, run_plan, upload
 from .special import SPECIAL, write_outs
 
-__all__ = ["dispatch", "forget_handlers", "make_handler"]
+__all__ = ["DISPATCHERS", "dispatch", "dispatch_timed", "forget_handlers", "make_handler"]
 
 aten = torch.ops.aten
 
@@ -319,14 +320,35 @@ def dispatch(cls, func, types, args=(), kwargs=None):
     if handler is None:
         handler = _HANDLERS[id(func)] = make_handler(func)
     _acquire()
+    try:
+        return handler(args, kwargs or {})
+    finally:
+        _release()
+
+
+def dispatch_timed(cls, func, types, args=(), kwargs=None):
+    """``dispatch``, each op's time a sample of ``LazyTracing`` (torch_xla's name for
+    the time an op spends being traced; an eager op's run and an op that the handler
+    dispatches in turn are included: nested samples). Installed only while the per-op
+    metrics are on."""
+    handler = _HANDLERS.get(id(func))
+    if handler is None:
+        handler = _HANDLERS[id(func)] = make_handler(func)
+    _acquire()
     start = _clock()
     try:
         return handler(args, kwargs or {})
     finally:
-        # torch_xla's name for the time an op spends being traced; an eager op's run
-        # and an op that the handler dispatches in turn are included (nested samples).
         _record("LazyTracing", _clock() - start)
         _release()
 
 
-LazyTensor.__torch_dispatch__ = classmethod(dispatch)
+# Both, for tools that must know lazax's dispatcher frames (dynamo skips them).
+DISPATCHERS = (dispatch, dispatch_timed)
+
+
+def _install(timed: bool) -> None:
+    LazyTensor.__torch_dispatch__ = classmethod(dispatch_timed if timed else dispatch)
+
+
+metrics.on_op_metrics(_install)

@@ -37,6 +37,7 @@ import threading
 
 import torch
 
+from ..dispatch.handlers import DISPATCHERS
 from ..interop.calls import prepare_call_jax
 from ..tensor.lazy import LazyTensor
 from .control_flow import OPERATORS
@@ -105,10 +106,12 @@ def _skip_lazax_frames() -> None:
     except ImportError:  # pragma: no cover - older torch: skip the frame only
         from torch._dynamo.eval_frame import skip_code
 
-        skip_code(LazyTensor.__torch_dispatch__.__func__.__code__)
+        for dispatcher in DISPATCHERS:
+            skip_code(dispatcher.__code__)
         return
     skip_all = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
-    set_code_exec_strategy(LazyTensor.__torch_dispatch__.__func__.__code__, skip_all)
+    for dispatcher in DISPATCHERS:  # either may be installed (the per-op metrics)
+        set_code_exec_strategy(dispatcher.__code__, skip_all)
 
 
 def _run_call_jax_preparation_eagerly() -> None:

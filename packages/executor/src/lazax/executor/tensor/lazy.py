@@ -9,9 +9,10 @@ Contract:
   contiguous.
 - ``holds_device_data(t)``: its storage holds a device buffer, not pending IR.
 - ``new_tensor``, ``new_alias``, ``rebind`` and ``attach`` make and point tensors;
-  ``resize_to`` and ``set_metadata`` change torch's metadata of one. Each tensor made
-  counts ``CreateXlaTensor``, each one freed ``DestroyXlaTensor`` (torch_xla's names:
-  the difference is how many are alive).
+  ``resize_to`` and ``set_metadata`` change torch's metadata of one. While the per-op
+  metrics are on (``metrics.op_metrics``), each tensor made counts ``CreateXlaTensor``
+  and each one freed ``DestroyXlaTensor`` (torch_xla's names: the difference is how
+  many are alive).
 Reads to the host (``repr``, ``tolist``, ``numpy``) are given by ``transfer``.
 DLPack (``__dlpack__``, ``__dlpack_device__``) exports the tensor's buffer as jax
 exports it (syncing what is pending): where the platform can export it (CPU, CUDA) the
@@ -52,11 +53,6 @@ class LazyTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
     _lz_storage = None  # (a carrier of torch metadata only, ``set_metadata``, has none)
-
-    def __del__(self) -> None:
-        # Counted as ``CreateXlaTensor`` when made: live tensors are the difference.
-        if self._lz_storage is not None and _bump is not None:  # (None at shutdown)
-            _bump("DestroyXlaTensor")
 
     def __repr__(self, *, tensor_contents=None) -> str:
         cpu = to_cpu(self)
@@ -142,12 +138,33 @@ _TENSOR_DATA = torch._C.TensorBase.data
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 
 _bump = metrics.bump
+_COUNTING = [False]  # the per-op metrics are on (``metrics.op_metrics``)
+
+
+def _count_destroyed(self) -> None:
+    # Counted as ``CreateXlaTensor`` when made: live tensors are the difference.
+    if self._lz_storage is not None and _bump is not None:  # (None at shutdown)
+        _bump("DestroyXlaTensor")
+
+
+def _count_tensors(on: bool) -> None:
+    """Count tensors made and freed only while the per-op metrics are on: a finalizer
+    on every tensor is paid at each free, so it is installed then and only then."""
+    _COUNTING[0] = on
+    if on:
+        LazyTensor.__del__ = _count_destroyed
+    elif "__del__" in LazyTensor.__dict__:
+        del LazyTensor.__del__
+
+
+metrics.on_op_metrics(_count_tensors)
 
 
 def new_tensor(value: ir.Value, layout: Layout, device_index: int = 0) -> LazyTensor:
     """A fresh (non-view) tensor whose storage holds ``value``."""
     t = _make_wrapper(LazyTensor, layout.shape, dtype=layout.dtype, device=_DEVICES[device_index])
-    _bump("CreateXlaTensor")
+    if _COUNTING[0]:
+        _bump("CreateXlaTensor")
     t._lz_storage = Storage(value, device_index)
     t._lz_view = None
     t._lz_value = None
@@ -179,7 +196,8 @@ def new_alias(value: ir.Value, layout: Layout, storage: Storage) -> LazyTensor:
             device=_DEVICES[storage.device_index],
             requires_grad=False,
         )
-    _bump("CreateXlaTensor")
+    if _COUNTING[0]:
+        _bump("CreateXlaTensor")
     attach(t, value, layout, storage)
     return t
 
