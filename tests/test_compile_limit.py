@@ -73,6 +73,11 @@ def test_the_error_names_the_input_that_changed():
         serve(48)
     text = str(raised.value)
     assert "limited_named" in text and "(41, 5)" in text and "(48, 5)" in text, text
+    # The refused compile recorded nothing: outside the block the same change is reported
+    # against the program compiled before it.
+    serve(48)
+    last = lx.metrics.recompile_reports()[-1]
+    assert "limited_named" in last and "(41, 5)" in last and "(48, 5)" in last, last
 
 
 def test_a_limit_counts_the_programs_it_lets_compile_and_blocks_nest():

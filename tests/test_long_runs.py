@@ -24,11 +24,11 @@ CACHE_SIZE = 64
 REPORT = os.environ.get("LAZAX_LONG_RUN_REPORT")  # append each run's JSON here
 
 
-def _run(*args: str, env_extra: dict | None = None) -> dict:
+def _run(*args: str, env_extra: dict | None = None, script: str = "long_run.py") -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
     env.pop("LAZAX_USE_EAGER_MODE", None)
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "long_run.py"), *args],
+        [sys.executable, str(ROOT / "tests" / script), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -78,22 +78,10 @@ def test_ever_new_shapes_with_a_small_cache_stay_bounded_and_right():
 
 @pytest.mark.skipif(
     not os.environ.get("LAZAX_LONG_RUN_MAPS"),
-    reason="~30 minutes: nox -s soak (LAZAX_LONG_RUN_MAPS=1)",
+    reason="~21 minutes: nox -s soak (LAZAX_LONG_RUN_MAPS=1)",
 )
 def test_programs_past_the_mapping_limit_evict_instead_of_killing_the_process():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "long_run_maps.py"), "--tokens", "64"],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if REPORT:
-        with open(REPORT, "a") as f:
-            f.write(json.dumps({"args": ["maps"], **result}) + "\n")
+    result = _run("--tokens", "64", script="long_run_maps.py")
     assert result["lazy_equal"] and result["dynamo_equal"], result
     # The programs together held more than the limit allows: the guard had to evict,
     # and the process never came near the limit.

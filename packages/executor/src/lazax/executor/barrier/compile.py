@@ -42,7 +42,7 @@ from .. import metrics
 from ..config import settings
 from ..profiling import span
 from .agreement import CollectiveGraphsDiffer, GraphsDifferError, agree
-from .compile_limit import CompileLimitExceeded, CompileLimits
+from .compile_limit import CompileLimits
 from .dump import GraphDumps
 from .keys import GraphFacts, KeyParts, RecompileLog
 from .map_guard import MapGuard
@@ -217,20 +217,16 @@ class CompileStage:
         report_site = report_as or name or "a graph"
         if facts is not None:
             named_key = self.keys.cache_key(facts, shardings, donate)
-            before = self.recompiles.last.get(report_site)
+        if self.limits.active:  # refused before anything is recorded or compiled
+            reason = None
+            if facts is not None:
+                reason = self.recompiles.explain(report_site, facts, named_key, shardings, donate)
+            self.limits.check(reason or f"first compile of {report_site}", report_site, site[1])
+        if facts is not None:
             why = self.recompiles.on_compile(
                 report_site, facts, named_key, site[1], shardings, donate
             )
             why = why or f"first compile of {report_site}"
-        try:
-            self.limits.check(why or "its graph is not in the cache", report_site, site[1])
-        except CompileLimitExceeded:
-            if facts is not None:  # not compiled: the site's last program is unchanged
-                if before is None:
-                    self.recompiles.last.pop(report_site, None)
-                else:
-                    self.recompiles.last[report_site] = before
-            raise
         dumps = self.dumps
         self.map_guard.before_compile(runtime)
         start = perf_counter()

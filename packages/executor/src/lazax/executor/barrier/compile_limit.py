@@ -1,11 +1,12 @@
 """A limit on new programs, for serving: after warm-up, nothing may compile.
 
 Contract: ``CompileLimits`` holds the limits in force (``limited(limit)`` adds one for a
-block, however the block ends). ``check(why, name, frame)`` is called by the compile
-stage before a program is lowered: it counts the compile against every limit in force
-and raises ``CompileLimitExceeded`` when one is spent, naming the program, the user's
-line and what changed since the last program compiled at that site (the recompile log's
-report), before anything compiles or runs, so every tensor keeps its value. A program
+block, however the block ends; ``active``: any is). ``check(why, name, frame)`` is
+called by the compile stage, while a limit is active, before a program is lowered: it
+counts the compile against every limit in force and raises ``CompileLimitExceeded``
+when one is spent, naming the program, the user's line and what changed since the last
+program compiled at that site (``RecompileLog.explain``), before anything compiles,
+runs or is recorded, so every tensor keeps its value. A program
 found in the persistent cache counts too (it was not in this process's memory).
 
 Why: the most common complaint about XLA in serving is a compile in the middle of
@@ -55,9 +56,11 @@ class CompileLimits:
             with self._lock:
                 self._active.remove(entry)
 
+    @property
+    def active(self) -> bool:
+        return bool(self._active)
+
     def check(self, why: str, name: str | None, frame: str) -> None:
-        if not self._active:
-            return
         with self._lock:
             spent = [entry for entry in self._active if len(entry.compiled) >= entry.limit]
             if not spent:
@@ -74,7 +77,7 @@ class CompileLimits:
         raise CompileLimitExceeded(
             f"lazax: {name or 'a graph'} would compile a new program inside "
             f"compile_limit({entry.limit}), and {before}. Why it is new: {why}"
-            f"{f' (at {frame})' if frame and frame not in why else ''}. Nothing ran: "
+            f"{f' (at {frame})' if frame else ''}. Nothing ran: "
             f"every tensor keeps its value. Run this shape once during warm-up (pad or "
             f"bucket varying shapes so that warm-up can cover them all), or raise the limit."
         )

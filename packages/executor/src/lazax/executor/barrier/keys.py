@@ -179,28 +179,34 @@ class RecompileLog:
     def __init__(self) -> None:
         self.last: dict[str, tuple[CacheKey, tuple[list, list]]] = {}
 
+    def explain(
+        self, site: str, facts: GraphFacts, key: CacheKey, shardings=None, donate=()
+    ) -> str | None:
+        """Why ``site`` compiles again (None: it never compiled), recording nothing."""
+        previous = self.last.get(site)
+        if previous is None:
+            return None
+        part = key.first_difference(previous[0])
+        if part is None:  # the very key compiled before: the cache no longer held it
+            return "the same graph compiled again (the cache had evicted it, or was reset)"
+        if part in ("graph", "inputs"):
+            return _graph_difference(previous[1], facts.summary)
+        if part == "shardings" or shardings != previous[2]:
+            return _sharding_difference(previous[2], shardings)
+        if donate != previous[3]:
+            return _donation_difference(previous[3], donate)
+        return f"the {part} part of the cache key changed (same graph)"
+
     def on_compile(
         self, site: str, facts: GraphFacts, key: CacheKey, frame: str, shardings=None, donate=()
     ) -> str | None:
         """Record this compile of ``site``; the report if ``site`` compiled before."""
         if _LOG.isEnabledFor(logging.DEBUG):
             _LOG.debug("lazax cache miss at %s: %r", site, key)
-        summary = facts.summary
-        previous = self.last.get(site)
-        self.last[site] = (key, summary, shardings, donate)
-        if previous is None:
+        why = self.explain(site, facts, key, shardings, donate)
+        self.last[site] = (key, facts.summary, shardings, donate)
+        if why is None:
             return None
-        part = key.first_difference(previous[0])
-        if part is None:  # the very key compiled before: the cache no longer held it
-            why = "the same graph compiled again (the cache had evicted it, or was reset)"
-        elif part in ("graph", "inputs"):
-            why = _graph_difference(previous[1], summary)
-        elif part == "shardings" or shardings != previous[2]:
-            why = _sharding_difference(previous[2], shardings)
-        elif donate != previous[3]:
-            why = _donation_difference(previous[3], donate)
-        else:
-            why = f"the {part} part of the cache key changed (same graph)"
         report = f"recompile of {site}: {why} at {frame}"
         metrics.add_recompile_report(report)
         if settings().debug_recompiles:
